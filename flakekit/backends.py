@@ -1,0 +1,110 @@
+"""Backends: named database connections shared by allocators and stores.
+
+``[backends.NAME] url = "..."`` in config becomes one SQLAlchemy engine, created on first
+use. With no config, the embedded default is a SQLite file in the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from flakekit.errors import ConfigError, UnknownNameError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+_POOLS: weakref.WeakSet[BackendPool] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_POOLS):
+        pool.forget_connections()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+__all__ = ["DEFAULT_BACKEND_URL", "BackendPool", "BackendSettings", "redact_url"]
+
+DEFAULT_BACKEND_URL = "sqlite:///flakekit.db"
+_PASSWORD = re.compile(r"(://[^:/@]+:)([^@]*)(@)")
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password replaced by ``***`` (for messages and listings)."""
+    return _PASSWORD.sub(r"\1***\3", url)
+
+
+@attrs.frozen
+class BackendSettings:
+    """``[backends.NAME]``: ``url`` (SQLAlchemy URL) and engine ``options``."""
+
+    url: str
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+    def __repr__(self) -> str:
+        return f"BackendSettings(url={redact_url(self.url)!r})"
+
+
+@attrs.define(eq=False)
+class BackendPool:
+    """Engines by backend name, created lazily and disposed together."""
+
+    settings: dict[str, BackendSettings] = attrs.Factory(dict)
+    _engines: dict[str, Engine] = attrs.Factory(dict)
+    _lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    def url(self, name: str, path: str = "backend") -> str:
+        if name not in self.settings:
+            raise UnknownNameError(path, "backend", name, self.settings)
+        return self.settings[name].url
+
+    def engine(self, name: str, path: str = "backend") -> Engine:
+        """The engine for backend ``name``; ``path`` names the config field for errors."""
+        with self._lock:
+            if name in self._engines:
+                return self._engines[name]
+            settings = self.settings.get(name)
+            if settings is None:
+                raise UnknownNameError(path, "backend", name, self.settings)
+            from sqlalchemy import create_engine
+            from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+            options = dict(settings.options)
+            url = settings.url
+            if url.startswith("sqlite"):
+                # one writer at a time: wait for the lock instead of failing at once
+                options.setdefault("connect_args", {"timeout": 30, "check_same_thread": False})
+            else:
+                options.setdefault("pool_pre_ping", True)
+            try:
+                engine = create_engine(url, **options)
+            except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+                raise ConfigError(
+                    f"backends.{name}.url",
+                    f"cannot use {redact_url(url)!r}: {exc}; expected e.g. "
+                    "'postgresql+psycopg://user@host/db', 'mysql+pymysql://root@host/db' "
+                    "or 'sqlite:///flakekit.db'",
+                ) from None
+            self._engines[name] = engine
+            return engine
+
+    def __attrs_post_init__(self) -> None:
+        _POOLS.add(self)
+
+    def forget_connections(self) -> None:
+        """In a forked child: drop inherited connections without closing the parent's."""
+        for engine in self._engines.values():
+            engine.dispose(close=False)
+
+    def dispose(self) -> None:
+        with self._lock:
+            for engine in self._engines.values():
+                engine.dispose()
+            self._engines.clear()

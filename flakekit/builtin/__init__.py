@@ -1,0 +1,1 @@
+"""flakekit's own plugins: registered through the same hooks a third party uses."""

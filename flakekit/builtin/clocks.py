@@ -1,0 +1,19 @@
+"""Built-in clocks: monotonic (default) and system."""
+
+from __future__ import annotations
+
+from flakekit import hookimpl
+from flakekit.clock import MonotonicClock, MonotonicSettings, SystemClock, SystemSettings
+from flakekit.registry import Register
+
+
+@hookimpl
+def flakekit_register_clocks(register: Register) -> None:
+    register(
+        "monotonic", MonotonicClock.from_settings, settings=MonotonicSettings,
+        description="wall time read once, advanced by the monotonic clock (never goes back)",
+    )
+    register(
+        "system", SystemClock.from_settings, settings=SystemSettings,
+        description="the host's wall clock; waits out steps back up to max_backward",
+    )

@@ -1,0 +1,164 @@
+"""LeaseKeeper: holds a generator's worker lease and renews it in the background.
+
+The keeper is the only thing that talks to the allocator after start-up. It pushes each
+new deadline into the generator (a plain integer the hot path compares against), so an
+ID is never issued once the lease could be handed to someone else, even if the renewal
+thread is stuck or the process was paused.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Protocol
+
+import attrs
+
+from flakekit.clock import Clock
+from flakekit.errors import LeaseLostError
+from flakekit.events import Events
+from flakekit.lease import LeaseRequest, WorkerAllocator, WorkerLease
+
+__all__ = ["LeaseKeeper", "LeaseTarget"]
+
+log = logging.getLogger("flakekit.lease")
+
+#: exit status of a process stopped by ``on_lease_lost = "exit"``
+LEASE_LOST_EXIT_STATUS = 75
+
+
+class LeaseTarget(Protocol):
+    """The generator side of a lease (implemented by SnowflakeGenerator)."""
+
+    def bind(self, lease: WorkerLease) -> None: ...
+    def extend(self, deadline_ns: int | None) -> None: ...
+    def revoke(self, reason: str) -> None: ...
+    def issued_until_ns(self) -> int: ...
+
+
+@attrs.define
+class LeaseKeeper:
+    """Acquire, renew and release one worker lease for one generator.
+
+    Args:
+        allocator: where the lease comes from.
+        request: what to ask for.
+        clock: the generator's clock (deadlines are on its monotonic timeline).
+        events: where lease events go.
+        on_lease_lost: ``"stop"`` (the generator raises from then on) or ``"exit"``
+            (log, then end the process with status 75, as seed 000 prescribes).
+    """
+
+    allocator: WorkerAllocator
+    request: LeaseRequest
+    clock: Clock
+    events: Events
+    on_lease_lost: str = "stop"
+    lease: WorkerLease | None = None
+    renew_failures: int = 0
+    renewals: int = 0
+    lost: str | None = None
+    _target: LeaseTarget | None = None
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = attrs.Factory(threading.Event)
+
+    # -- life cycle ---------------------------------------------------------------------
+    def start(self, target: LeaseTarget) -> WorkerLease:
+        """Acquire a lease, bind the target to it and start renewing."""
+        self._target = target
+        self.lease = lease = self.allocator.acquire(self.request)
+        self.lost = None
+        target.bind(lease)
+        self.events.lease_acquired(self.request.generator, lease)
+        interval = self.allocator.renew_interval
+        if interval is not None and lease.deadline_ns is not None:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, args=(interval,), daemon=True,
+                name=f"flakekit-lease-{self.request.generator}",
+            )
+            self._thread.start()
+        return lease
+
+    def close(self, *, release: bool = True) -> None:
+        """Stop renewing and (by default) give the worker id back."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._thread = None
+        lease, target = self.lease, self._target
+        if release and lease is not None and target is not None and self.lost is None:
+            target.revoke("closed")
+            try:
+                self.allocator.release(lease, target.issued_until_ns())
+            except Exception as exc:  # the lease will lapse on its own
+                log.warning("%s: could not release worker %d: %s",
+                            self.request.generator, lease.worker_id, exc)
+        self.lease = None
+        self.allocator.close()
+
+    # -- renewing -----------------------------------------------------------------------
+    def _run(self, interval: float) -> None:
+        wait = interval
+        while not self._stop.wait(wait):
+            ok = self.renew_once()
+            if self.lost is not None:
+                return
+            # after a failure, retry sooner so a short outage costs little lease time
+            wait = interval if ok else min(interval, 1.0)
+
+    def renew_once(self) -> bool:
+        """Renew now; True on success. Tests call this directly with a manual clock."""
+        lease, target = self.lease, self._target
+        if lease is None or target is None or self.lost is not None:
+            return False
+        try:
+            new = self.allocator.renew(lease, target.issued_until_ns())
+        except LeaseLostError as exc:
+            self._lose(lease, str(exc))
+            return False
+        except Exception as exc:
+            self.renew_failures += 1
+            log.warning(
+                "%s: renewing worker %d failed (%s); IDs flow until the lease deadline, "
+                "%.1f s from now", self.request.generator, lease.worker_id, exc,
+                self.remaining_s() or 0.0,
+            )
+            return False
+        if self._stop.is_set():
+            return False
+        self.lease = new
+        self.renewals += 1
+        target.extend(new.deadline_ns)
+        self.events.lease_renewed(self.request.generator, new)
+        return True
+
+    def _lose(self, lease: WorkerLease, reason: str) -> None:
+        self.lost = reason
+        if self._target is not None:
+            self._target.revoke(reason)
+        self.events.lease_lost(self.request.generator, lease, reason)
+        if self.on_lease_lost == "exit":
+            log.critical("%s: exiting because the worker lease was lost: %s",
+                         self.request.generator, reason)
+            logging.shutdown()
+            os._exit(LEASE_LOST_EXIT_STATUS)
+
+    # -- numbers for metrics --------------------------------------------------------------
+    def remaining_s(self) -> float | None:
+        """Seconds of lease left (negative once lapsed); None when it never expires."""
+        if self.lease is None or self.lease.deadline_ns is None:
+            return None
+        return (self.lease.deadline_ns - self.clock.monotonic_ns()) / 1e9
+
+    def stats(self) -> dict[str, object]:
+        lease = self.lease
+        return {
+            "worker_id": lease.worker_id if lease else None,
+            "epoch": lease.epoch if lease else None,
+            "lease_remaining_s": self.remaining_s(),
+            "renewals": self.renewals,
+            "renew_failures": self.renew_failures,
+            "lost": self.lost,
+        }

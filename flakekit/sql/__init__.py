@@ -1,0 +1,1 @@
+"""SQL backends: schema, worker registry, segment store (SQLAlchemy Core)."""

@@ -1,0 +1,159 @@
+"""The flakekit CLI: output, --json, and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flakekit.builtin.layouts import SNOWFLAKE
+from flakekit.cli import main
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    else:  # pragma: no cover - main always exits
+        code = 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+CONFIG = """
+[layouts.orders-layout]
+fields = [["time", 41], ["region", 2], ["worker", 8], ["sequence", 12]]
+epoch = "2024-01-01T00:00:00Z"
+
+[generators.orders]
+layout = "orders-layout"
+nodes = { region = 2 }
+allocator = { type = "static", worker_id = 200 }
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path) -> Path:
+    path = tmp_path / "flakekit.toml"
+    path.write_text(textwrap.dedent(CONFIG))
+    return path
+
+
+class TestLayoutCommands:
+    def test_list(self, capsys):
+        """layout list shows the built-ins."""
+        code, out, _ = run(capsys, "layout", "list")
+        assert code == 0
+        for name in ("snowflake", "sonyflake", "region-split"):
+            assert name in out
+
+    def test_list_with_config(self, capsys, config_file):
+        """layout list --config adds the file's layouts."""
+        code, out, _ = run(capsys, "layout", "list", "--config", str(config_file))
+        assert code == 0 and "orders-layout" in out
+
+    def test_show(self, capsys):
+        """layout show draws the bits and gives capacity and warnings."""
+        code, out, _ = run(capsys, "layout", "show", "snowflake")
+        assert code == 0
+        assert "| sign | time (41) | worker (10) | sequence (12) |" in out
+        assert "4,096,000 per worker" in out and "2080-07-10" in out
+        assert "warning: IDs can exceed 2^53" in out
+
+    def test_show_json(self, capsys):
+        """--json is machine readable."""
+        code, out, _ = run(capsys, "layout", "show", "sonyflake", "--json")
+        data = json.loads(out)
+        assert code == 0 and data["unit"] == "10ms" and data["fields"][1]["name"] == "sequence"
+
+    def test_compose_decompose(self, capsys):
+        """compose then decompose gives the parts back."""
+        code, out, _ = run(capsys, "layout", "compose", "snowflake", "time=2024-01-01T00:00:00Z", "worker=3", "sequence=9")
+        assert code == 0
+        value = int(out)
+        code, out, _ = run(capsys, "layout", "decompose", "snowflake", str(value), "--json")
+        data = json.loads(out)
+        assert data["worker"] == 3 and data["sequence"] == 9
+        assert data["timestamp"] == "2024-01-01T00:00:00Z"
+
+
+class TestDecodeAndNext:
+    def test_next_and_decode_with_config(self, capsys, config_file):
+        """next prints IDs from the config's generator; decode uses its layout."""
+        code, out, _ = run(capsys, "next", "-n", "5", "--config", str(config_file))
+        ids = [int(x) for x in out.split()]
+        assert code == 0 and len(ids) == 5 and ids == sorted(set(ids))
+        code, out, _ = run(capsys, "decode", str(ids[0]), "--config", str(config_file), "--json")
+        data = json.loads(out)
+        assert data["layout"] == "orders-layout" and data["worker"] == 200 and data["region"] == 2
+
+    def test_decode_default_layout(self, capsys):
+        """decode without a layout assumes snowflake."""
+        value = SNOWFLAKE.compose(time=12345, worker=7, sequence=1)
+        code, out, _ = run(capsys, "decode", str(value))
+        assert code == 0 and "worker     7" in out
+
+
+BAD = [
+    (("decode", "abc"), "id 'abc' is not an integer"),
+    (("decode", "-5"), None),
+    (("decode", str(1 << 63)), "outside layout 'snowflake'"),
+    (("layout", "show", "snowflak"), "did you mean 'snowflake'"),
+    (("layout", "compose", "snowflake", "time=1", "worker=5000"), "worker: 5000 does not fit in 10 bits"),
+    (("layout", "compose", "snowflake", "time=1", "worker"), "expected FIELD=VALUE"),
+    (("next", "nope", "--config", "{config}"), "unknown generator 'nope'"),
+    (("next", "-n", "0", "--config", "{config}"), "0 is not in the range"),
+    (("config", "check", "/nonexistent/flakekit.toml"), "does not exist"),
+    (("bogus",), "No such command"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a)[:40] for a, _ in BAD])
+def test_bad_input_is_one_line_exit_2(capsys, config_file, args, message):
+    """Wrong input: exit 2, one line on stderr (plus click's usage line), no traceback."""
+    args = tuple(a.replace("{config}", str(config_file)) for a in args)
+    code, out, err = run(capsys, *args)
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    if message:
+        assert message in err
+    assert len([line for line in err.splitlines() if line.startswith("error")]) <= 1
+
+
+def test_config_check(capsys, config_file, tmp_path):
+    """config check says ok for a good file and names the field for a bad one."""
+    code, out, _ = run(capsys, "config", "check", str(config_file))
+    assert code == 0 and "ok (1 generators: orders" in out
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CONFIG.replace('layout = "orders-layout"', 'layout = "orders-layuot"'))
+    code, _, err = run(capsys, "config", "check", str(bad))
+    assert code == 2
+    assert "generators.orders.layout: unknown layout 'orders-layuot'" in err
+    assert "did you mean 'orders-layout'" in err
+
+
+def test_plugins(capsys):
+    """plugins lists the built-ins and what they register."""
+    code, out, _ = run(capsys, "plugins", "--json")
+    data = json.loads(out)
+    names = {p["name"] for p in data}
+    assert code == 0 and "flakekit.builtin.layouts" in names
+    registers = {r for p in data for r in p["registers"]}
+    assert {"layout:snowflake", "clock:monotonic", "allocator:static"} <= registers
+
+
+def test_console_script(config_file):
+    """The installed `flakekit` script runs and fails cleanly."""
+    script = Path(sys.executable).with_name("flakekit")
+    ok = subprocess.run([str(script), "next", "-n", "3", "--config", str(config_file)],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and len(ok.stdout.split()) == 3
+    bad = subprocess.run([str(script), "decode", "xyz"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FLAKEKIT_DEBUG": ""})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr

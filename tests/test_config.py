@@ -1,0 +1,114 @@
+"""Config files: sections, ${ENV}, errors that name the dotted path, building a Kit."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from flakekit.config import load_config, parse_config
+from flakekit.errors import ConfigError
+from flakekit.kit import build_kit
+
+GOOD = """
+[backends.main]
+url = "postgresql+psycopg://app:${FK_TEST_PW}@127.0.0.1/ids"
+
+[layouts.orders-layout]
+fields = [["time", 41], ["region", 2], ["worker", 8], ["sequence", 12]]
+unit = "1ms"
+epoch = "2024-01-01T00:00:00Z"
+
+[generators.orders]
+strategy = "snowflake"
+layout = "orders-layout"
+clock = "monotonic"
+nodes = { region = 1 }
+allocator = { type = "static", worker_id = 7 }
+
+[generators.wall]
+layout = "sonyflake"
+clock = { type = "system", max_backward = "20ms" }
+allocator = { type = "static", env = "FK_TEST_WORKER" }
+"""
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "flakekit.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+class TestParse:
+    def test_good_config_builds_and_issues(self, tmp_path, host, monkeypatch):
+        """A config with a custom layout, region node field and two generators works."""
+        monkeypatch.setenv("FK_TEST_PW", "s3cret")
+        monkeypatch.setenv("FK_TEST_WORKER", "300")
+        config = load_config(write(tmp_path, GOOD))
+        assert config.backends["main"].url.endswith(":s3cret@127.0.0.1/ids")
+        assert "s3cret" not in repr(config.backends["main"])
+        with build_kit(config, host) as kit:
+            orders = kit["orders"]
+            parts = config.layouts["orders-layout"].decompose(orders.next_id())
+            assert parts["region"] == 1 and parts["worker"] == 7
+            assert kit["wall"].worker_id == 300
+            assert kit["wall"].clock.max_backward_ns == 20_000_000
+
+    def test_env_default(self):
+        """${NAME:-default} falls back when the variable is unset."""
+        config = parse_config({"backends": {"x": {"url": "sqlite:///${FK_NOPE_DB:-fk}.db"}}})
+        assert config.backends["x"].url == "sqlite:///fk.db"
+
+    def test_missing_env_names_path(self):
+        """An unset ${VAR} names the field and how to give a default."""
+        with pytest.raises(ConfigError, match=r"backends.x.url: environment variable FK_NOPE is not set"):
+            parse_config({"backends": {"x": {"url": "postgresql://u:${FK_NOPE}@h/db"}}})
+
+    def test_missing_file(self, tmp_path):
+        """A missing file is one clear line."""
+        with pytest.raises(ConfigError, match="does not exist"):
+            load_config(tmp_path / "nope.toml")
+
+    def test_bad_toml(self, tmp_path):
+        """Broken TOML says where."""
+        with pytest.raises(ConfigError, match="not valid TOML"):
+            load_config(write(tmp_path, "[generators\n"))
+
+
+BAD_CASES = [
+    ({"generatorz": {}}, r"^generatorz: unknown key.*did you mean 'generators'"),
+    ({"generators": {"g": {"strategy": "snowflak"}}}, r"generators.g.strategy: unknown strategy 'snowflak'.*did you mean 'snowflake'"),
+    ({"generators": {"g": {"layout": "snowflak", "allocator": "static"}}}, r"generators.g.layout: unknown layout 'snowflak'; known: .*did you mean 'snowflake'"),
+    ({"generators": {"g": {"clock": "sytem", "allocator": "static"}}}, r"generators.g.clock: unknown clock 'sytem'.*did you mean 'system'"),
+    ({"generators": {"g": {"allocator": {"type": "statik"}}}}, r"generators.g.allocator.type: unknown allocator 'statik'.*did you mean 'static'"),
+    ({"generators": {"g": {"allocator": {"type": "static", "worker": 3}}}}, r"generators.g.allocator.worker: unknown key.*did you mean 'worker_id'"),
+    ({"generators": {"g": {"allocator": {"type": "static", "worker_id": "three"}}}}, r"generators.g.allocator.worker_id: expected an integer"),
+    ({"generators": {"g": {"layuot": "snowflake", "allocator": "static"}}}, r"generators.g.layuot: unknown key.*did you mean 'layout'"),
+    ({"generators": {"g": {}}}, r"generators.g.allocator: is required"),
+    ({"generators": {"g": {"clock": {"type": "system", "max_backward": "soon"}, "allocator": "static"}}}, r"generators.g.clock.max_backward: "),
+    ({"generators": {"g": {"allocator": "static", "nodes": {"region": 1}}}}, r"generators.g.nodes.region|region.*no such field"),
+    ({"generators": {"g": {"allocator": "static", "on_lease_lost": "panic"}}}, r"generators.g.on_lease_lost: expected \"stop\" or \"exit\""),
+    ({"layouts": {"l": {"fields": [["time", 41], ["worker", 10], ["sequence", 11]]}}}, r"layouts.l.fields: the fields add up to 62 bits"),
+    ({"layouts": {"snowflake": {"fields": [["time", 41], ["worker", 10], ["sequence", 12]]}}}, r"layouts.snowflake: a layout named 'snowflake' is already registered"),
+    ({"backends": {"b": {"url": "not a url"}}}, r"backends.b.url: 'not a url' is not a URL"),
+    ({"backends": {"b": {}}}, r"backends.b.url: is required"),
+    ({"default": "nope", "generators": {"g": {"allocator": "static"}}}, r"default: unknown generator 'nope'"),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), BAD_CASES, ids=[m.split(":")[0].strip("^r") for _, m in BAD_CASES])
+def test_errors_name_the_dotted_path(data, message, host):
+    """Every wrong config raises ConfigError naming the field, with a suggestion."""
+    with pytest.raises(ConfigError, match=message):
+        build_kit(parse_config(data), host)
+
+
+def test_password_never_printed(host):
+    """A backend URL with a password is redacted in error messages."""
+    data = {"backends": {"b": {"url": "nosuchdb+x://u:hunter2@h/db"}},
+            "generators": {"g": {"allocator": {"type": "sql", "backend": "b"}}}}
+    try:
+        kit = build_kit(parse_config(data), host)
+        kit.pool.engine("b", "generators.g.allocator.backend")
+    except Exception as exc:  # noqa: BLE001 - whatever it is, no password in it
+        assert "hunter2" not in str(exc)

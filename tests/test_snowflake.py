@@ -1,0 +1,334 @@
+"""SnowflakeGenerator: uniqueness, order, overflow, rollback, leases, fork, batches."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import attrs
+import pytest
+
+from flakekit.builtin.layouts import SNOWFLAKE, SONYFLAKE
+from flakekit.builtin.static import StaticAllocator, StaticSettings
+from flakekit.clock import MonotonicClock
+from flakekit.errors import (
+    ClockMovedBackwardsError,
+    ForkedProcessError,
+    LeaseExpiredError,
+    LeaseLostError,
+    NotStartedError,
+    TimeOverflowError,
+    WaitTooLongError,
+)
+from flakekit.layout import BitLayout
+from flakekit.lease import LeaseRequest, WorkerLease
+from flakekit.snowflake import SnowflakeGenerator
+from flakekit.testing import ManualClock
+
+MS = 1_000_000
+
+
+def static(worker: int = 5) -> StaticAllocator:
+    return StaticAllocator(StaticSettings(worker_id=worker))
+
+
+def manual_gen(worker: int = 5, layout: BitLayout = SNOWFLAKE, clock: ManualClock | None = None, **kw):
+    clock = clock or ManualClock()
+    return SnowflakeGenerator(layout, clock, static(worker), **kw).start(), clock
+
+
+@attrs.define
+class LeasedAllocator:
+    """An allocator whose lease deadline the test controls."""
+
+    clock: ManualClock
+    ttl_ns: int = 1_000 * MS
+    worker: int = 9
+    not_before_ns: int = 0
+    renew_interval: float | None = 3600.0
+    fail: BaseException | None = None
+    released: list[int] = attrs.Factory(list)
+
+    def acquire(self, request: LeaseRequest) -> WorkerLease:
+        return WorkerLease(self.worker, 1, "t", 1.0, self.clock.monotonic_ns() + self.ttl_ns,
+                           self.not_before_ns)
+
+    def renew(self, lease: WorkerLease, issued_until_ns: int) -> WorkerLease:
+        if self.fail is not None:
+            raise self.fail
+        return attrs.evolve(lease, deadline_ns=self.clock.monotonic_ns() + self.ttl_ns)
+
+    def release(self, lease: WorkerLease, issued_until_ns: int) -> None:
+        self.released.append(issued_until_ns)
+
+    def records(self):
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+class TestUniqueness:
+    def test_increasing_in_one_thread(self):
+        """IDs from one thread strictly increase, across many ticks."""
+        gen = SnowflakeGenerator(SNOWFLAKE, MonotonicClock(), static()).start()
+        ids = [gen.next_id() for _ in range(50_000)]
+        assert all(a < b for a, b in zip(ids, ids[1:]))
+        assert {SNOWFLAKE.decompose(i)["worker"] for i in ids} == {5}
+
+    def test_threads_with_tiny_switch_interval(self):
+        """8 threads hammering one generator with a 1 µs switch interval: no duplicate."""
+        gen = SnowflakeGenerator(SNOWFLAKE, MonotonicClock(), static()).start()
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)
+        results: list[list[int]] = [[] for _ in range(8)]
+
+        def work(out: list[int]) -> None:
+            for i in range(20_000):
+                out.append(gen.next_id())
+                if i % 997 == 0:
+                    out.extend(gen.next_ids(300))
+
+        try:
+            threads = [threading.Thread(target=work, args=(r,)) for r in results]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(old)
+        flat = [i for r in results for i in r]
+        assert len(flat) == len(set(flat))
+        for r in results:  # each thread sees its own IDs increase
+            singles = [i for i in r]
+            assert singles == sorted(singles)
+
+    def test_sequence_overflow_waits_for_next_tick_and_never_touches_worker(self):
+        """4096 IDs in one ms exhaust the sequence; the next waits for the next ms."""
+        gen, clock = manual_gen(worker=1023)
+        ids = [gen.next_id() for _ in range(4096 * 3 + 5)]
+        parts = [SNOWFLAKE.decompose(i) for i in ids]
+        assert {p["worker"] for p in parts} == {1023}
+        assert len(set(ids)) == len(ids)
+        assert [p["time"] for p in parts][4096] == parts[0]["time"] + 1
+        assert max(p["sequence"] for p in parts) == 4095
+
+    def test_sonyflake_overflow_sleeps_to_next_10ms_tick(self):
+        """Sonyflake: 256 IDs per 10 ms tick; the machine field stays put."""
+        gen, clock = manual_gen(worker=0xBEEF, layout=SONYFLAKE)
+        start = clock.monotonic_ns()
+        ids = [gen.next_id() for _ in range(256 * 4)]
+        assert {SONYFLAKE.decompose(i)["machine"] for i in ids} == {0xBEEF}
+        assert len(set(ids)) == len(ids) and ids == sorted(ids)
+        assert clock.monotonic_ns() - start >= 3 * 10 * MS
+
+
+class TestBatches:
+    def test_next_ids_are_ranges(self):
+        """A batch is a few ranges: len, iteration, indexing, no duplicate with singles."""
+        gen, clock = manual_gen()
+        first = gen.next_id()
+        batch = gen.next_ids(10_000)
+        assert len(batch) == 10_000 and len(batch.ranges) == 3
+        ids = list(batch)
+        assert ids == sorted(ids) and len(set(ids)) == 10_000 and ids[0] > first
+        assert batch[0] == ids[0] and batch[-1] == ids[-1] and batch[5000] == ids[5000]
+        assert gen.next_id() > batch[-1]
+
+    def test_sonyflake_batch_steps_over_machine_bits(self):
+        """Sonyflake batches step by 2^16 (sequence above the machine id)."""
+        gen, _ = manual_gen(worker=7, layout=SONYFLAKE)
+        batch = gen.next_ids(600)
+        assert all(r.step == 1 << 16 for r in batch.ranges)
+        assert {SONYFLAKE.decompose(i)["machine"] for i in batch} == {7}
+        assert len(set(batch)) == 600
+
+    @pytest.mark.parametrize("n", [-1, 1.5, "3", True])
+    def test_bad_counts(self, n):
+        """A count that is not a non-negative int is a ValueError."""
+        gen, _ = manual_gen()
+        with pytest.raises(ValueError):
+            gen.next_ids(n)
+
+
+class TestClockRollback:
+    def test_small_step_back_is_waited_out(self):
+        """A 3 ms step back (under max_backward 5 ms) waits, then IDs continue upwards."""
+        seen = []
+
+        class Events:
+            def clock_moved_backwards(self, generator, clock, behind_ns, waited):
+                seen.append((behind_ns, waited))
+
+            def __getattr__(self, name):
+                return lambda *a, **k: None
+
+        gen, clock = manual_gen(events=Events())
+        before = gen.next_id()
+        clock.step(ns=-3 * MS)
+        after = gen.next_id()
+        assert after > before
+        assert seen and seen[0][1] is True and seen[0][0] <= 5 * MS
+
+    def test_large_step_back_raises(self):
+        """A 2 s step back raises ClockMovedBackwardsError and issues nothing."""
+        gen, clock = manual_gen()
+        gen.next_id()
+        clock.step(-2.0)
+        with pytest.raises(ClockMovedBackwardsError, match="moved backwards by 2000"):
+            gen.next_id()
+        with pytest.raises(ClockMovedBackwardsError):
+            gen.next_ids(10)
+        clock.step(2.0)
+        assert gen.next_id()
+
+    def test_monotonic_clock_ignores_system_steps(self):
+        """The default clock never reads backwards: it has no rollback to handle."""
+        clock = MonotonicClock()
+        readings = [clock.time_ns() for _ in range(1000)]
+        assert readings == sorted(readings) and clock.max_backward_ns == 0
+
+
+class TestLease:
+    def test_not_started_raises(self):
+        """A generator issues nothing before start()."""
+        gen = SnowflakeGenerator(SNOWFLAKE, ManualClock(), static())
+        with pytest.raises(NotStartedError):
+            gen.next_id()
+        with pytest.raises(NotStartedError):
+            gen.next_ids(3)
+
+    def test_closed_raises(self):
+        """After close() the generator refuses until started again."""
+        gen, _ = manual_gen()
+        gen.next_id()
+        gen.close()
+        with pytest.raises(NotStartedError):
+            gen.next_id()
+        gen.start()
+        assert gen.next_id()
+
+    def test_deadline_stops_ids_and_renewal_resumes(self):
+        """Past the lease deadline no ID is issued; a successful renewal resumes."""
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock)
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        try:
+            gen.next_id()
+            clock.advance(0.999)
+            assert gen.next_id()
+            clock.advance(0.002)
+            with pytest.raises(LeaseExpiredError):
+                gen.next_id()
+            with pytest.raises(LeaseExpiredError):
+                gen.next_ids(5)
+            assert gen.keeper.renew_once()
+            assert gen.next_id()
+        finally:
+            gen.close()
+
+    def test_renewal_failure_keeps_old_deadline(self):
+        """A failed renewal counts, and IDs flow until the old deadline only."""
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock)
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        alloc.fail = ConnectionError("database down")
+        assert not gen.keeper.renew_once()
+        assert gen.keeper.renew_failures == 1
+        assert gen.next_id()
+        clock.advance(1.5)
+        with pytest.raises(LeaseExpiredError):
+            gen.next_id()
+        gen.close()
+
+    def test_lost_lease_stops_for_good(self):
+        """A renewal that finds the id taken revokes the generator (LeaseLostError)."""
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock)
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        alloc.fail = LeaseLostError("version changed")
+        assert not gen.keeper.renew_once()
+        with pytest.raises(LeaseLostError, match="version changed"):
+            gen.next_id()
+        assert gen.stats()["lost"] == "version changed"
+        gen.close()
+
+    def test_high_water_mark_is_waited_for(self):
+        """A lease with not_before in the near future waits; IDs are stamped after it."""
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock, not_before_ns=clock.time_ns() + 50 * MS)
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        first = gen.next_id()
+        assert SNOWFLAKE.tick(alloc.not_before_ns) <= SNOWFLAKE.decompose(first)["time"]
+        gen.close()
+        assert alloc.released and alloc.released[-1] > alloc.not_before_ns
+
+    def test_high_water_mark_too_far_ahead_refuses(self):
+        """A previous holder far in this host's future means a broken clock: refuse."""
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock, not_before_ns=clock.time_ns() + 60 * 1_000 * MS)
+        with pytest.raises(WaitTooLongError, match="max_start_wait"):
+            SnowflakeGenerator(SNOWFLAKE, clock, alloc, max_start_wait_s=5).start()
+
+    def test_stats(self):
+        """stats() counts IDs and exposes the lease numbers."""
+        clock = ManualClock()
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, LeasedAllocator(clock)).start()
+        for _ in range(5000):
+            gen.next_id()
+        stats = gen.stats()
+        assert stats["ids_drawn"] == 5000
+        assert stats["worker_id"] == 9 and stats["epoch"] == 1
+        assert 0.9 < stats["lease_remaining_s"] <= 1.0
+        gen.close()
+
+
+class TestOverflowAndNodes:
+    def test_time_overflow(self):
+        """Past the last tick of the time field the generator raises."""
+        short = BitLayout("short", [["time", 20], ["worker", 31], ["sequence", 12]],
+                          epoch_ms="2026-01-01T00:00:00Z", unit_ns="1ms")
+        clock = ManualClock()
+        clock.advance(2 ** 20 / 1000 + 1)
+        gen = SnowflakeGenerator(short, clock, static()).start()
+        with pytest.raises(TimeOverflowError, match="time field is full"):
+            gen.next_id()
+
+    def test_region_node_field(self):
+        """Fixed node fields from config go into every ID."""
+        from flakekit.builtin.layouts import REGION_SPLIT
+
+        gen = SnowflakeGenerator(REGION_SPLIT, ManualClock(), static(100), nodes={"region": 6}).start()
+        parts = REGION_SPLIT.decompose(gen.next_id())
+        assert parts["region"] == 6 and parts["worker"] == 100
+
+    def test_worker_out_of_range(self):
+        """A static worker id outside the layout's range names the field."""
+        from flakekit.errors import ConfigError
+
+        with pytest.raises(ConfigError, match="outside the layout's worker range 0..1023"):
+            SnowflakeGenerator(SNOWFLAKE, ManualClock(), static(1024)).start()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+class TestFork:
+    def test_child_refuses_until_restarted(self):
+        """A forked child raises ForkedProcessError; restart() gives it its own lease."""
+        gen = SnowflakeGenerator(SNOWFLAKE, MonotonicClock(), static()).start()
+        parent_ids = [gen.next_id() for _ in range(100)]
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 0
+            try:
+                gen.next_id()
+                code = 3
+            except ForkedProcessError:
+                code = 0
+            os.write(write, b"%d" % code)
+            os._exit(0)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        assert os.read(read, 10) == b"0"
+        assert gen.next_id() > parent_ids[-1]
