@@ -147,7 +147,7 @@ def _parse_parts(lay: Any, parts: Sequence[str]) -> dict[str, Any]:
                     f"time={raw!r}: expected ticks since the epoch or an ISO-8601 time"
                 ) from None
             if out[key].tzinfo is None:
-                out[key] = out[key].replace(tzinfo=dt.timezone.utc)
+                out[key] = out[key].replace(tzinfo=dt.UTC)
             continue
         try:
             out[key] = int(raw, 0)

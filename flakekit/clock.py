@@ -20,12 +20,17 @@ __all__ = ["Clock", "MonotonicClock", "SystemClock"]
 class Clock(Protocol):
     """What a generator needs from a clock. Plugins return objects of this shape."""
 
-    #: the registered name, for messages and hooks
-    name: str
-    #: how far the wall clock may step back before generators refuse (0: it never steps back)
-    max_backward_ns: int
-    #: when not None, ``time_ns() == monotonic_ns() + offset_ns`` always
-    offset_ns: int | None
+    @property
+    def name(self) -> str:
+        """The registered name, for messages and hooks."""
+
+    @property
+    def max_backward_ns(self) -> int:
+        """How far the wall clock may step back before generators refuse (0: never)."""
+
+    @property
+    def offset_ns(self) -> int | None:
+        """When not None, ``time_ns() == monotonic_ns() + offset_ns`` always."""
 
     def monotonic_ns(self) -> int: ...
     def time_ns(self) -> int: ...

@@ -142,8 +142,7 @@ class PluginHost:
 
     def layout(self, name: str, path: str = "layout") -> BitLayout:
         """Build the registered layout ``name``."""
-        factory = self.layouts.get(name, path).factory
-        layout = factory if isinstance(factory, BitLayout) else factory()
+        layout = self.layouts.get(name, path).create()
         if not isinstance(layout, BitLayout):
             raise TypeError(f"layout {name!r} factory returned {type(layout).__name__}, not BitLayout")
         return layout

@@ -23,6 +23,7 @@ from flakekit.context import BuildContext
 from flakekit.errors import ConfigError, UnknownNameError
 from flakekit.host import PluginHost
 from flakekit.layout import BitLayout
+from flakekit.registry import Registry
 from flakekit.settings import build_settings, check_keys
 from flakekit.snowflake import SnowflakeGenerator
 from flakekit.timeunits import parse_duration_ns
@@ -80,11 +81,16 @@ def _typed(table: Any, path: str) -> tuple[str, dict[str, Any]]:
     raise ConfigError(path, f"expected a name or a table with a type, got {table!r}")
 
 
-def build_clock(host: PluginHost, table: Any, path: str) -> Clock:
+def build_plugin(registry: Registry, table: Any, path: str, *args: Any) -> Any:
+    """Build a plugin strategy from ``"name"`` or ``{type = "name", settings...}``:
+    ``factory(settings, *args)`` with settings checked against its attrs class."""
     kind, rest = _typed(table, path)
-    reg = host.clocks.get(kind, f"{path}" if isinstance(table, str) else f"{path}.type")
-    settings = build_settings(reg.settings, rest, path)
-    return reg.factory(settings) if reg.settings is not None else reg.factory()
+    reg = registry.get(kind, path if isinstance(table, str) else f"{path}.type")
+    return reg.create(build_settings(reg.settings, rest, path), *args)
+
+
+def build_clock(host: PluginHost, table: Any, path: str) -> Clock:
+    return build_plugin(host.clocks, table, path)
 
 
 def build_snowflake(
@@ -102,11 +108,8 @@ def build_snowflake(
             alloc_path, "is required: e.g. allocator = {type = \"sql\", backend = \"main\"} "
             "or allocator = {type = \"static\", worker_id = 1}"
         )
-    kind, rest = _typed(table["allocator"], alloc_path)
-    reg = host.allocators.get(kind, alloc_path if isinstance(table["allocator"], str) else f"{alloc_path}.type")
-    settings = build_settings(reg.settings, rest, alloc_path)
     ctx = BuildContext(spec.name, alloc_path, layout, clock, events, pool, host, *identity)
-    allocator = reg.factory(settings, ctx)
+    allocator = build_plugin(host.allocators, table["allocator"], alloc_path, ctx)
     on_lost = table.get("on_lease_lost", "stop")
     if on_lost not in ("stop", "exit"):
         raise ConfigError(f"{path}.on_lease_lost", f"expected \"stop\" or \"exit\", got {on_lost!r}")

@@ -20,7 +20,7 @@ from flakekit.timeunits import format_unit, parse_epoch_ms, parse_unit_ns
 __all__ = ["BitLayout", "Capacity"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-_UTC = dt.timezone.utc
+_UTC = dt.UTC
 _UNIX = dt.datetime(1970, 1, 1, tzinfo=_UTC)
 TIME, SEQUENCE = "time", "sequence"
 ALLOWED_TOTAL_BITS = (53, 63, 64)

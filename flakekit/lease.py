@@ -81,7 +81,8 @@ class WorkerAllocator(Protocol):
     ``issued_until_ns`` is the wall instant up to which IDs were issued (to persist).
     """
 
-    renew_interval: float | None
+    @property
+    def renew_interval(self) -> float | None: ...
 
     def acquire(self, request: LeaseRequest) -> WorkerLease: ...
     def renew(self, lease: WorkerLease, issued_until_ns: int) -> WorkerLease: ...

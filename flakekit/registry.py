@@ -36,10 +36,16 @@ class Registration:
 
     kind: str
     name: str
-    factory: Callable[..., Any] = attrs.field(eq=False)
+    factory: Callable[..., Any] | BitLayout = attrs.field(eq=False)
     settings: type | None = None
     description: str = ""
     plugin: str = ""
+
+    def create(self, *args: Any) -> Any:
+        """Call the factory (a registered layout object is returned as it is)."""
+        if isinstance(self.factory, BitLayout):
+            return self.factory
+        return self.factory(*args)
 
 
 @attrs.define
@@ -50,7 +56,7 @@ class Registry:
     _items: dict[str, Registration] = attrs.Factory(dict)
 
     def register(
-        self, plugin: str, name: str, factory: Callable[..., Any], *,
+        self, plugin: str, name: str, factory: Callable[..., Any] | BitLayout, *,
         settings: type | None = None, description: str = "",
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
@@ -99,7 +105,7 @@ class Register:
     plugin: str
 
     def __call__(
-        self, name: str, factory: Callable[..., Any], settings: type | None = None,
+        self, name: str, factory: Callable[..., Any] | BitLayout, settings: type | None = None,
         description: str = "",
     ) -> None:
         self._registry.register(

@@ -32,8 +32,9 @@ def build_settings(cls: type[T] | None, table: Mapping[str, Any], path: str) -> 
     if cls is None:
         check_keys(table, set(), path)
         return None
-    attrs.resolve_types(cls)
-    fields = {f.alias or f.name: f for f in attrs.fields(cls) if f.init}
+    klass: Any = cls
+    attrs.resolve_types(klass)
+    fields = {f.alias or f.name: f for f in attrs.fields(klass) if f.init}
     check_keys(table, set(fields), path)
     for name, field in fields.items():
         if name in table:

@@ -74,7 +74,7 @@ def parse_epoch_ms(value: object) -> int:
         raise ValueError(
             f"epoch {value!r} has no time zone; add 'Z' for UTC (e.g. '2024-01-01T00:00:00Z')"
         )
-    ms = (when - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(milliseconds=1)
+    ms = (when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
     if ms < 0:
         raise ValueError(f"an epoch cannot be before 1970, got {value!r}")
     return ms

@@ -36,7 +36,7 @@ class TestBuiltins:
 
     def test_capacity(self):
         """Snowflake: 4.096M IDs/s per worker, overflows in 2079."""
-        cap = SNOWFLAKE.capacity(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+        cap = SNOWFLAKE.capacity(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
         assert cap.ids_per_second_per_worker == 4_096_000
         assert cap.max_workers == 1024
         assert cap.overflows_at.year == 2080 and cap.overflows_at.month == 7
@@ -44,7 +44,7 @@ class TestBuiltins:
 
     def test_timestamp(self):
         """The time field decodes to the UTC start of its tick."""
-        when = dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.timezone.utc)
+        when = dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.UTC)
         value = SNOWFLAKE.compose(time=when, worker=3, sequence=4)
         assert SNOWFLAKE.timestamp(value) == when
         assert SNOWFLAKE.decompose(value) == {"time": SNOWFLAKE.tick(when), "worker": 3, "sequence": 4}
