@@ -185,7 +185,7 @@ def _print_decoded(info: dict[str, Any], as_json: bool) -> None:
 
 @layout.command("decompose")
 @click.argument("name")
-@click.argument("id_")
+@click.argument("id_", metavar="ID")
 @json_option
 @config_option
 def layout_decompose(name: str, id_: str, as_json: bool, config_path: str | None) -> None:

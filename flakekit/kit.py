@@ -128,7 +128,8 @@ def build_snowflake(
             host=identity[0], port=identity[1], nodes=nodes, max_start_wait_s=wait_s,
         )
     except LayoutError as exc:
-        raise ConfigError(f"{path}.{exc.field}", str(exc).split(": ", 1)[-1]) from None
+        field = f"nodes.{exc.field}" if exc.field in nodes else exc.field
+        raise ConfigError(f"{path}.{field}", str(exc).split(": ", 1)[-1]) from None
 
 
 def build_segment(

@@ -101,7 +101,17 @@ class StaticAllocator:
 
 
 def build_static(settings: StaticSettings | None, ctx: BuildContext) -> StaticAllocator:
-    return StaticAllocator(settings or StaticSettings(), path=ctx.path)
+    """Check a configured id against the layout now, so `config check` catches it."""
+    settings = settings or StaticSettings()
+    layout = ctx.layout
+    if settings.worker_id is not None and layout is not None and layout.worker_field:
+        top = layout.max_value(layout.worker_field)
+        if not 0 <= settings.worker_id <= top:
+            raise ConfigError(
+                f"{ctx.path}.worker_id", f"worker id {settings.worker_id} is outside the worker range "
+                f"0..{top} of layout {layout.name!r}",
+            )
+    return StaticAllocator(settings, path=ctx.path)
 
 
 @hookimpl

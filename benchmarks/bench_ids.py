@@ -1,0 +1,269 @@
+"""IDs per second: flakekit against its PyPI peers, measured in one run.
+
+    .venv/bin/python benchmarks/bench_ids.py            # best of 5 x ~1 s per generator
+    .venv/bin/python benchmarks/bench_ids.py --quick    # best of 3 x ~0.3 s
+    .venv/bin/python benchmarks/bench_ids.py --json     # machine-readable
+
+Every generator is timed the same way: a list comprehension over ``itertools.repeat``
+calling its "next ID" function, in chunks sized so one chunk takes about 0.1 s, until the
+repeat has run for the target time. IDs/s is (IDs made) / (wall time); best and median are
+over the repeats. flakekit's IDs from the timed runs are checked for duplicates (and for
+order: one thread, so they must strictly increase).
+
+The peers come from the ``benchmarks`` extra: ``pip install -e ".[benchmarks]"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from itertools import repeat
+from typing import Any
+
+import attrs
+
+CHUNK_SECONDS = 0.1
+
+
+@attrs.define
+class Result:
+    name: str
+    cap: float | None          # the layout's IDs/s per worker, None for "no cap"
+    rates: list[float]
+    note: str = ""
+    checked: str = ""
+
+    @property
+    def best(self) -> float:
+        return max(self.rates)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+
+class Check:
+    """Uniqueness and order of the IDs one single-threaded generator produced."""
+
+    def __init__(self) -> None:
+        self.last = -1
+        self.total = 0
+        self.errors: list[str] = []
+
+    def ids(self, chunk: list[int]) -> None:
+        if len(set(chunk)) != len(chunk):
+            self.errors.append(f"{len(chunk) - len(set(chunk))} duplicates in a chunk")
+        if chunk and (chunk[0] <= self.last or any(a >= b for a, b in zip(chunk, chunk[1:]))):
+            self.errors.append("IDs not strictly increasing")
+        if chunk:
+            self.last = chunk[-1]
+        self.total += len(chunk)
+
+    def batches(self, chunk: list[Any]) -> None:
+        for batch in chunk:
+            for r in batch.ranges:
+                if r[0] <= self.last:
+                    self.errors.append("batch overlaps or goes back")
+                self.last = r[-1]
+                self.total += len(r)
+
+    def summary(self) -> str:
+        if self.errors:
+            return "FAILED: " + "; ".join(sorted(set(self.errors)))
+        return f"{self.total:,} IDs unique and increasing"
+
+
+def run(
+    name: str, call: Callable[..., Any], *, per_call: int = 1, arg: Any = None,
+    cap: float | None, repeats: int, seconds: float, check: Callable[[list[Any]], None] | None = None,
+    note: str = "",
+) -> Result:
+    """Time ``call()`` (or ``call(arg)``) ``repeats`` times for about ``seconds`` each."""
+    def chunk_of(size: int) -> tuple[float, list[Any]]:
+        if arg is None:
+            start = time.perf_counter()
+            out = [call() for _ in repeat(None, size)]
+        else:
+            start = time.perf_counter()
+            out = [call(arg) for _ in repeat(None, size)]
+        return time.perf_counter() - start, out
+
+    size = 1
+    while True:  # calibrate: a chunk of about CHUNK_SECONDS
+        elapsed, out = chunk_of(size)
+        if check is not None:
+            check(out)
+        if elapsed >= CHUNK_SECONDS / 4 or size >= 1 << 24:
+            break
+        size *= 2
+    size = max(1, int(size * CHUNK_SECONDS / max(elapsed, 1e-9)))
+    rates = []
+    for _ in range(repeats):
+        made, spent = 0, 0.0
+        while spent < seconds:
+            elapsed, out = chunk_of(size)
+            spent += elapsed
+            made += len(out) * per_call
+            if check is not None:
+                check(out)
+        rates.append(made / spent)
+    return Result(name, cap, rates, note)
+
+
+def bench(repeats: int, seconds: float) -> list[Result]:
+    from flakekit.builtin.layouts import SNOWFLAKE
+    from flakekit.builtin.static import StaticAllocator, StaticSettings
+    from flakekit.clock import MonotonicClock
+    from flakekit.snowflake import SnowflakeGenerator
+
+    results = []
+    opts = {"repeats": repeats, "seconds": seconds}
+    snowflake_cap = SNOWFLAKE.capacity().ids_per_second_per_worker
+
+    def flakekit_gen() -> SnowflakeGenerator:
+        return SnowflakeGenerator(
+            SNOWFLAKE, MonotonicClock(), StaticAllocator(StaticSettings(worker_id=1)),
+            name="bench",
+        ).start()
+
+    # -- flakekit ------------------------------------------------------------------------
+    gen = flakekit_gen()
+    check = Check()
+    res = run("flakekit next_id() (snowflake, monotonic, static)", gen.next_id,
+              cap=snowflake_cap, check=check.ids, **opts)
+    res.checked = check.summary()
+    results.append(res)
+    gen.close()
+
+    gen = flakekit_gen()
+    check = Check()
+    res = run("flakekit next_ids(1000)", gen.next_ids, arg=1000, per_call=1000,
+              cap=snowflake_cap, check=check.batches, **opts)
+    res.checked = check.summary()
+    results.append(res)
+    gen.close()
+
+    gen = flakekit_gen()
+    check = Check()
+    res = run("flakekit next_ids(1_000_000)", gen.next_ids, arg=1_000_000, per_call=1_000_000,
+              cap=snowflake_cap, check=check.batches, **opts)
+    res.checked = check.summary()
+    results.append(res)
+    gen.close()
+
+    # -- flakeid -------------------------------------------------------------------------
+    try:
+        import flakeid
+    except ImportError:
+        print("flakeid not installed (pip install -e '.[benchmarks]'); skipped", file=sys.stderr)
+    else:
+        fgen = flakeid.make_generator(flakeid.PRESET_TWITTER)
+        results.append(run("flakeid make_generator(PRESET_TWITTER).next_id", fgen.next_id,
+                           cap=snowflake_cap, **opts))
+        if hasattr(fgen, "next_ids"):
+            results.append(run("flakeid next_ids(1000)", fgen.next_ids, arg=1000,
+                               per_call=1000, cap=snowflake_cap,
+                               note="returns a list of ints", **opts))
+
+    # -- snowflake-id --------------------------------------------------------------------
+    try:
+        from snowflake import SnowflakeGenerator as SnowflakeIdGenerator
+    except ImportError:
+        print("snowflake-id not installed; skipped", file=sys.stderr)
+    else:
+        sgen = SnowflakeIdGenerator(1)
+        counted = {"none": 0}
+
+        def count_nones(chunk: list[Any]) -> None:
+            counted["none"] += chunk.count(None)
+
+        res = run("snowflake-id next(gen)", sgen.__next__, cap=snowflake_cap,
+                  check=count_nones, **opts)
+        res.note = (f"not thread-safe (no lock); returned None {counted['none']:,} times "
+                    "when a ms was used up")
+        results.append(res)
+
+    # -- sonyflake -----------------------------------------------------------------------
+    try:
+        from sonyflake import Sonyflake
+    except ImportError:
+        print("sonyflake not installed; skipped", file=sys.stderr)
+    else:
+        sony = Sonyflake(start_time=dt.datetime(2014, 9, 1, tzinfo=dt.UTC),
+                         machine_id=1)
+        results.append(run(
+            "sonyflake Sonyflake(...).next_id (default 39/8/16, 10 ms)", sony.next_id,
+            cap=25_600, note="cap-bound: 256 IDs per 10 ms, then it sleeps", **opts,
+        ))
+    return results
+
+
+def fmt_rate(value: float | None) -> str:
+    if value is None:
+        return "none"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def table(results: list[Result]) -> str:
+    by_name = {r.name: r for r in results}
+    base_flakeid = by_name.get("flakeid make_generator(PRESET_TWITTER).next_id")
+    base_flakekit = by_name["flakekit next_id() (snowflake, monotonic, static)"]
+    header = ("generator", "IDs/s best", "median", "ns/ID", "vs flakeid", "vs flakekit", "layout cap")
+    rows = []
+    for r in results:
+        rows.append((
+            r.name, fmt_rate(r.best), fmt_rate(r.median), f"{1e9 / r.best:,.0f}",
+            f"{r.best / base_flakeid.best:.2f}x" if base_flakeid else "-",
+            f"{r.best / base_flakekit.best:.2f}x",
+            fmt_rate(r.cap),
+        ))
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+        ) + " |")
+    notes = [f"* {r.name}: {r.checked or r.note}" + (f"; {r.note}" if r.checked and r.note else "")
+             for r in results if r.checked or r.note]
+    return "\n".join(lines + [""] + notes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 repeats of ~0.3 s instead of 5 of ~1 s")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=None)
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (3 if args.quick else 5)
+    seconds = args.seconds or (0.3 if args.quick else 1.0)
+    results = bench(repeats, seconds)
+    failed = any(r.checked.startswith("FAILED") for r in results)
+    if args.json:
+        print(json.dumps({
+            "python": sys.version.split()[0], "machine": platform.machine(),
+            "repeats": repeats, "seconds": seconds,
+            "results": [{"name": r.name, "best": r.best, "median": r.median,
+                         "ns_per_id": 1e9 / r.best, "rates": r.rates, "cap": r.cap,
+                         "checked": r.checked, "note": r.note} for r in results],
+        }, indent=2))
+    else:
+        print(f"CPython {sys.version.split()[0]} on {platform.machine()}, best of {repeats} "
+              f"x ~{seconds:g} s per generator\n")
+        print(table(results))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
