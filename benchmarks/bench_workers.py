@@ -1,0 +1,162 @@
+"""Benchmarks of the ``sql`` worker allocator; prints numbers, asserts nothing.
+
+1. time to acquire one worker id (single starter), per backend;
+2. 256 concurrent starters on PostgreSQL (threads, each its own allocator and token,
+   sharing a 40-connection pool -- PostgreSQL's default max_connections is 100, so 256
+   separate processes would need a bigger server setting or a pooler);
+3. cost of the lease check on ``next_id()``: the same generator on a ``sql`` lease and on
+   a ``static`` one, measured in the same run, as a ratio.
+
+Usage: .venv/bin/python benchmarks/bench_workers.py [--pg URL] [--mariadb URL] [--skip-mariadb]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+
+from sqlalchemy import create_engine, text
+
+from flakekit.builtin.static import StaticAllocator, StaticSettings
+from flakekit.clock import MonotonicClock
+from flakekit.layout import BitLayout
+from flakekit.lease import LeaseRequest
+from flakekit.snowflake import SnowflakeGenerator
+from flakekit.sql.schema import init_schema
+from flakekit.sql.workers import SqlWorkerAllocator
+
+SNOWFLAKE = BitLayout(name="snowflake", fields=[["time", 41], ["worker", 10], ["sequence", 12]],
+                      unit_ns="1ms", epoch_ms=1288834974657)
+
+
+def fresh_db(admin_url: str) -> tuple[str, callable]:
+    """A new empty database on the server of ``admin_url`` and a function dropping it."""
+    from sqlalchemy.engine import make_url
+
+    name = f"fkbench_{uuid.uuid4().hex[:8]}"
+    pg = admin_url.startswith("postgresql")
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT") if pg else create_engine(admin_url)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"' if pg else f"CREATE DATABASE `{name}`"))
+
+    def drop() -> None:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)' if pg
+                              else f"DROP DATABASE IF EXISTS `{name}`"))
+        admin.dispose()
+
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False), drop
+
+
+def alloc(engine, i: int) -> SqlWorkerAllocator:
+    return SqlWorkerAllocator(engine=engine, service="bench", clock=MonotonicClock(),
+                              host=f"10.{i // 65536 % 256}.{i // 256 % 256}.{i % 256}", port=1)
+
+
+def bench_single(label: str, url: str, rounds: int = 200) -> None:
+    engine = create_engine(url)
+    init_schema(engine, "workers")
+    req = LeaseRequest("bench", 1023, "", 0)
+    times = []
+    for i in range(rounds):
+        a = alloc(engine, i % 64)  # 64 host identities: reuse after release, like restarts
+        a.ensure_schema()
+        t0 = time.perf_counter()
+        lease = a.acquire(req)
+        times.append(time.perf_counter() - t0)
+        a.release(lease, 0)
+    engine.dispose()
+    times.sort()
+    print(f"acquire (single, {label}): median {statistics.median(times) * 1e3:.2f} ms, "
+          f"p99 {times[int(len(times) * 0.99) - 1] * 1e3:.2f} ms over {rounds} acquire+release")
+
+
+def bench_concurrent(url: str, starters: int = 256, pool: int = 40) -> None:
+    engine = create_engine(url, pool_size=pool, max_overflow=0, pool_timeout=120)
+    init_schema(engine, "workers")
+    req = LeaseRequest("bench", 1023, "", 0)
+    allocators = [alloc(engine, i) for i in range(starters)]
+    for a in allocators:
+        a.ensure_schema()
+    barrier = threading.Barrier(starters + 1)
+    took: list[float] = []
+    got: list[int] = []
+
+    def run(a: SqlWorkerAllocator) -> None:
+        barrier.wait()
+        t0 = time.perf_counter()
+        got.append(a.acquire(req).worker_id)
+        took.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=run, args=(a,)) for a in allocators]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    engine.dispose()
+    took.sort()
+    assert sorted(got) == list(range(starters)), "duplicate or missing worker ids!"
+    print(f"acquire ({starters} concurrent starters, PostgreSQL, pool {pool}): all done in "
+          f"{wall * 1e3:.0f} ms ({starters / wall:.0f} acquires/s); per starter median "
+          f"{statistics.median(took) * 1e3:.0f} ms, max {took[-1] * 1e3:.0f} ms; ids distinct")
+
+
+def bench_lease_check(url: str, n: int = 2_000_000, repeats: int = 5) -> None:
+    engine = create_engine(url)
+    init_schema(engine, "workers")
+    clock = MonotonicClock()
+    sql_gen = SnowflakeGenerator(SNOWFLAKE, clock, SqlWorkerAllocator(
+        engine=engine, service="bench", clock=clock, host="10.0.0.1", port=1), name="sql")
+    static_gen = SnowflakeGenerator(SNOWFLAKE, clock, StaticAllocator(StaticSettings(worker_id=5)),
+                                    name="static")
+    results: dict[str, list[float]] = {"sql": [], "static": []}
+    with sql_gen, static_gen:
+        for _ in range(repeats):  # interleaved, so drift hits both alike
+            for label, gen in (("static", static_gen), ("sql", sql_gen)):
+                next_id = gen.next_id
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    next_id()
+                results[label].append((time.perf_counter() - t0) / n)
+    engine.dispose()
+    s, q = min(results["static"]), min(results["sql"])
+    print(f"next_id(): static lease {s * 1e9:.0f} ns, sql lease {q * 1e9:.0f} ns, "
+          f"ratio sql/static {q / s:.3f} (best of {repeats} x {n:,}; capped by 4096 IDs/ms)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    p.add_argument("--mariadb", default="mysql+pymysql://root@127.0.0.1:3306/test")
+    p.add_argument("--skip-mariadb", action="store_true")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        bench_single("SQLite", f"sqlite:///{tmp}/bench.db")
+        bench_lease_check(f"sqlite:///{tmp}/lease.db")
+    url, drop = fresh_db(a.pg)
+    try:
+        bench_single("PostgreSQL", url)
+    finally:
+        drop()
+    url, drop = fresh_db(a.pg)
+    try:
+        bench_concurrent(url)
+    finally:
+        drop()
+    if not a.skip_mariadb:
+        url, drop = fresh_db(a.mariadb)
+        try:
+            bench_single("MariaDB", url)
+        finally:
+            drop()
+
+
+if __name__ == "__main__":
+    main()

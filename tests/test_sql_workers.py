@@ -1,0 +1,506 @@
+"""The ``sql`` worker allocator on real PostgreSQL, MariaDB and SQLite (seed 000 + 002)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
+
+from flakekit.errors import (
+    ConfigError,
+    LeaseLostError,
+    SchemaError,
+    WaitTooLongError,
+    WorkerExhaustedError,
+)
+from flakekit.events import Events
+from flakekit.keeper import LeaseKeeper
+from flakekit.lease import LeaseRequest, WorkerLease
+from flakekit.sql.schema import check_schema, init_schema, system_nodes
+from flakekit.sql.workers import SqlWorkerAllocator, list_records, release_worker
+from flakekit.testing import ManualClock
+
+NS = 1_000_000_000
+
+
+class Hook:
+    """Records every event hook call (stands in for pluggy's ``pm.hook``)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda **kwargs: self.calls.append((name, kwargs))
+
+    def alerts(self) -> list[str]:
+        return [kw["kind"] for name, kw in self.calls if name == "flakekit_alert"]
+
+
+class Target:
+    """The generator side of a lease, minimal: remembers what the keeper told it."""
+
+    def __init__(self) -> None:
+        self.lease: WorkerLease | None = None
+        self.deadline: int | None = None
+        self.revoked: str | None = None
+        self.issued = 0
+
+    def bind(self, lease: WorkerLease) -> None:
+        self.lease, self.deadline = lease, lease.deadline_ns
+
+    def extend(self, deadline_ns: int | None) -> None:
+        self.deadline = deadline_ns
+
+    def revoke(self, reason: str) -> None:
+        self.revoked = reason
+
+    def issued_until_ns(self) -> int:
+        return self.issued
+
+
+@pytest.fixture
+def engines() -> Iterator[Any]:
+    """``engines(url)`` gives a shared engine per URL; all are disposed afterwards."""
+    made: dict[str, Engine] = {}
+
+    def get(url: str) -> Engine:
+        if url not in made:
+            options: dict[str, Any] = {}
+            if url.startswith("sqlite"):
+                options["connect_args"] = {"timeout": 60, "check_same_thread": False}
+            else:
+                options.update(pool_size=5, max_overflow=30, pool_timeout=120)
+            made[url] = create_engine(url, **options)
+        return made[url]
+
+    yield get
+    for engine in made.values():
+        assert engine.pool.checkedout() == 0, engine.pool.status()
+        engine.dispose()
+
+
+def make(engine: Engine, clock: Any = None, hook: Hook | None = None, **kwargs: Any) -> SqlWorkerAllocator:
+    kwargs.setdefault("service", "orders")
+    kwargs.setdefault("host", "10.0.0.1")
+    kwargs.setdefault("port", 8080)
+    kwargs.setdefault("create_schema", True)
+    return SqlWorkerAllocator(engine=engine, clock=clock or ManualClock(),
+                              events=Events(hook), **kwargs)
+
+
+def req(max_id: int = 1023) -> LeaseRequest:
+    return LeaseRequest("orders", max_id, "", 0)
+
+
+def age_rows(engine: Engine, seconds: float, where: str = "1=1", **params: Any) -> None:
+    """Move ``last_seen`` back by ``seconds`` on the database's own clock."""
+    name = engine.dialect.name
+    if name == "postgresql":
+        expr = "now() - make_interval(secs => :age)"
+    elif name in ("mysql", "mariadb"):
+        expr = "UTC_TIMESTAMP(6) - INTERVAL :age SECOND"
+    else:
+        expr = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :age || ' seconds')"
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE system_nodes SET last_seen = {expr} WHERE {where}"),
+                     {"age": seconds, **params})
+
+
+def row(engine: Engine, worker_id: int) -> dict[str, Any]:
+    with engine.connect() as conn:
+        return dict(conn.execute(
+            text("SELECT * FROM system_nodes WHERE machine_id = :m"), {"m": worker_id}
+        ).mappings().one())
+
+
+class TestAcquire:
+    def test_lowest_free_ids_in_order(self, db_url, engines):
+        """Fresh acquirers get 0, 1, 2 ... with version 1 and the database's now()."""
+        engine = engines(db_url)
+        leases = [make(engine, host=f"10.0.0.{i}").acquire(req()) for i in range(1, 4)]
+        assert [lease.worker_id for lease in leases] == [0, 1, 2]
+        assert {lease.epoch for lease in leases} == {1}
+        assert row(engine, 1)["host"] is not None and str(row(engine, 1)["host"]) == "10.0.0.2"
+
+    def test_whole_sonyflake_range_fits(self, db_url, engines):
+        """machine_id holds 16-bit ids: the range is the layout's, not 0..255."""
+        engine = engines(db_url)
+        alloc = make(engine)
+        init_schema(engine, "workers")
+        with engine.begin() as conn:  # fill 0..299 so the next free id is 300
+            conn.execute(system_nodes.insert(), [
+                {"service": "orders", "machine_id": i, "host": f"10.1.{i // 256}.{i % 256}",
+                 "port": 1, "version": 1, "holder": "x"} for i in range(300)])
+        assert alloc.acquire(req(65535)).worker_id == 300
+
+    def test_restart_after_release_reuses_at_once(self, db_url, engines):
+        """Clean shutdown releases the row; the same host:port gets its id back at once,
+        with a higher epoch and the stored high-water mark."""
+        engine = engines(db_url)
+        make(engine, host="10.0.0.9").acquire(req())
+        first = make(engine).acquire(req())
+        make(engine).release(first, 1_234_567)
+        again = make(engine).acquire(req())
+        assert again.worker_id == first.worker_id == 1
+        assert again.epoch == first.epoch + 1
+        assert again.not_before_ns == 1_234_567
+        assert row(engine, 1)["holder"] == again.holder
+
+    def test_held_row_is_never_shared(self, db_url, engines):
+        """A second live process with the same host:port (a clone) takes another id."""
+        engine = engines(db_url)
+        a = make(engine).acquire(req())
+        b = make(engine).acquire(req())
+        assert a.worker_id != b.worker_id
+        assert row(engine, b.worker_id)["slot"] == 1
+
+    def test_kill9_then_restart(self, db_url, engines):
+        """A crashed holder's row (never released) is not reused until its lease lapsed."""
+        engine = engines(db_url)
+        crashed = make(engine).acquire(req())
+        restarted = make(engine).acquire(req())
+        assert restarted.worker_id != crashed.worker_id
+        make(engine).release(restarted, 0)
+        age_rows(engine, 3601, "machine_id = :m", m=crashed.worker_id)
+        later = make(engine).acquire(req())
+        assert later.worker_id == crashed.worker_id  # slot 0 comes first
+        assert later.epoch == crashed.epoch + 1
+
+    def test_lease_deadline_math(self, db_url, engines):
+        """deadline = monotonic send time + shortest tier - safety window."""
+        engine = engines(db_url)
+        clock = ManualClock()
+        lease = make(engine, clock, tiers_ns=(60 * NS, 20 * NS), safety_window_ns=3 * NS,
+                     heartbeat_ns=NS).acquire(req())
+        assert lease.deadline_ns == clock.monotonic_ns() + 17 * NS
+
+    def test_wait_too_long_takes_nothing(self, db_url, engines):
+        """A high-water mark beyond max_start_wait fails start-up and leaves the row free."""
+        engine = engines(db_url)
+        clock = ManualClock()
+        lease = make(engine, clock).acquire(req())
+        make(engine, clock).release(lease, clock.time_ns() + 60 * NS)
+        with pytest.raises(WaitTooLongError, match="max_start_wait"):
+            make(engine, clock).acquire(req())
+        assert row(engine, 0)["holder"] is None
+        clock.advance(55)
+        assert make(engine, clock).acquire(req()).worker_id == 0
+
+    def test_capacity_alert_over_80_percent(self, db_url, engines):
+        """The alert hook fires once more than 80% of the range is allocated."""
+        engine = engines(db_url)
+        hook = Hook()
+        for i in range(5):
+            make(engine, hook=hook, host=f"10.0.0.{i + 1}").acquire(req(4))
+        assert hook.alerts() == ["worker-capacity"]  # the 5th of 5; 4 of 5 is exactly 80%
+
+
+class TestReclaim:
+    def fill(self, engine: Engine, size: int) -> list[WorkerLease]:
+        return [make(engine, host=f"10.9.0.{i + 1}").acquire(req(size - 1)) for i in range(size)]
+
+    def test_tiers_in_order_then_exhaustion(self, db_url, engines):
+        """7 d before 1 d before 1 h (alert), each bumping the version; then failure."""
+        engine = engines(db_url)
+        self.fill(engine, 4)
+        age_rows(engine, 2 * 3600, "machine_id = 0")
+        age_rows(engine, 2 * 86400, "machine_id = 1")
+        age_rows(engine, 8 * 86400, "machine_id = 2")
+        hook = Hook()
+        newcomer = make(engine, hook=hook, host="10.0.0.50")
+        got = [newcomer.acquire(req(3)) for _ in range(3)]
+        assert [(g.worker_id, g.epoch) for g in got] == [(2, 2), (1, 2), (0, 2)]
+        assert hook.alerts().count("worker-reclaim") == 1
+        assert str(row(engine, 2)["host"]) == "10.0.0.50"
+        with pytest.raises(WorkerExhaustedError, match="workers release"):
+            newcomer.acquire(req(3))
+
+    def test_custom_tiers(self, db_url, engines):
+        """Tiers are configurable; rows younger than the last one are never taken."""
+        engine = engines(db_url)
+        self.fill(engine, 2)
+        age_rows(engine, 30, "machine_id = 1")
+        alloc = make(engine, tiers_ns=(120 * NS, 20 * NS), safety_window_ns=2 * NS,
+                     heartbeat_ns=NS, host="10.0.0.60")
+        assert alloc.acquire(req(1)).worker_id == 1
+        with pytest.raises(WorkerExhaustedError):
+            alloc.acquire(req(1))
+
+    def test_released_rows_before_failing(self, db_url, engines):
+        """With every id allocated, a cleanly released row is taken instead of failing."""
+        engine = engines(db_url)
+        leases = self.fill(engine, 2)
+        make(engine, host="10.9.0.2").release(leases[1], 0)
+        assert make(engine, host="10.0.0.70").acquire(req(1)).worker_id == 1
+
+
+class TestHeartbeat:
+    def test_renew_moves_deadline_and_stores_high_water(self, db_url, engines):
+        """A heartbeat sets last_seen from the database and issued_until from the node."""
+        engine = engines(db_url)
+        clock = ManualClock()
+        alloc = make(engine, clock)
+        lease = alloc.acquire(req())
+        age_rows(engine, 100)
+        clock.advance(50)
+        renewed = alloc.renew(lease, 987_654_321)
+        assert renewed.deadline_ns == clock.monotonic_ns() + alloc.lease_ns
+        r = row(engine, 0)
+        assert r["issued_until"] == 987_654_321
+        assert list_records(engine, "orders")[0].extra["age_s"] < 50
+
+    def test_version_conflict_stops_the_generator(self, db_url, engines):
+        """A heartbeat that finds the version changed revokes, logs and fires the hook."""
+        engine = engines(db_url)
+        hook = Hook()
+        alloc = make(engine)
+        keeper = LeaseKeeper(alloc, req(), ManualClock(), Events(hook))
+        target = Target()
+        keeper.start(target)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE system_nodes SET version = version + 1"))
+        assert keeper.renew_once() is False
+        assert target.revoked and "no longer ours" in target.revoked
+        assert "version 2" in target.revoked
+        assert any(name == "flakekit_lease_lost" for name, _ in hook.calls)
+        keeper.close()
+
+    def test_reclaimed_holder_cannot_renew(self, db_url, engines):
+        """After someone reclaims the row, the old holder's heartbeat raises LeaseLostError."""
+        engine = engines(db_url)
+        old_alloc = make(engine, host="10.0.0.1")
+        old = old_alloc.acquire(req(0))
+        age_rows(engine, 3601)
+        new = make(engine, host="10.0.0.2").acquire(req(0))
+        assert new.worker_id == old.worker_id and new.epoch == old.epoch + 1
+        with pytest.raises(LeaseLostError, match="10.0.0.2"):
+            old_alloc.renew(old, 0)
+
+    def test_lapsed_lease_is_regained_if_not_reclaimed(self, db_url, engines):
+        """A lease that lapsed while the database was away renews fine afterwards."""
+        engine = engines(db_url)
+        alloc = make(engine)
+        lease = alloc.acquire(req())
+        age_rows(engine, 7200)
+        assert alloc.renew(lease, 0).worker_id == lease.worker_id
+
+    def test_release_after_loss_is_harmless(self, db_url, engines):
+        """Releasing a row someone else holds now changes nothing."""
+        engine = engines(db_url)
+        alloc = make(engine, host="10.0.0.1")
+        lease = alloc.acquire(req(0))
+        age_rows(engine, 3601)
+        other = make(engine, host="10.0.0.2").acquire(req(0))
+        alloc.release(lease, 0)
+        assert row(engine, 0)["holder"] == other.holder
+
+
+class TestRecordsAndOperators:
+    def test_states_and_mine(self, db_url, engines):
+        """records() says held / lapsed / released and which rows this allocator holds."""
+        engine = engines(db_url)
+        alloc = make(engine)
+        mine = alloc.acquire(req())
+        other = make(engine, host="10.0.0.2")
+        lapsed = other.acquire(req())
+        released = make(engine, host="10.0.0.3").acquire(req())
+        make(engine, host="10.0.0.3").release(released, 0)
+        age_rows(engine, 3600, "machine_id = :m", m=lapsed.worker_id)
+        records = {r.worker_id: r for r in alloc.records()}
+        assert records[mine.worker_id].state == "held" and records[mine.worker_id].mine
+        assert records[lapsed.worker_id].state == "lapsed" and not records[lapsed.worker_id].mine
+        assert records[released.worker_id].state == "released"
+
+    def test_operator_release(self, db_url, engines):
+        """`workers release` refuses a live lease unless forced, and fences the holder."""
+        engine = engines(db_url)
+        alloc = make(engine)
+        lease = alloc.acquire(req())
+        with pytest.raises(RuntimeError, match="--force"):
+            release_worker(engine, "orders", lease.worker_id)
+        assert "released worker" in release_worker(engine, "orders", lease.worker_id, force=True)
+        with pytest.raises(LeaseLostError):
+            alloc.renew(lease, 0)
+        with pytest.raises(LookupError):
+            release_worker(engine, "orders", 99)
+
+
+class TestSchema:
+    def test_missing_table_is_a_clear_error(self, db_url, engines):
+        """Without create_schema, a missing table says to run `flakekit db init`."""
+        engine = engines(db_url)
+        with pytest.raises(SchemaError, match="flakekit db init"):
+            make(engine, create_schema=False).acquire(req())
+        init_schema(engine, "workers")
+        init_schema(engine, "workers")  # idempotent
+        assert make(engine, create_schema=False).acquire(req()).worker_id == 0
+
+    def test_seed_table_without_lease_columns_is_older(self, db_url, engines):
+        """A table made from seed 000's DDL alone is reported as older, naming the columns."""
+        engine = engines(db_url)
+        host_type = "INET" if engine.dialect.name == "postgresql" else "VARCHAR(45)"
+        with engine.begin() as conn:
+            conn.execute(text(
+                f"CREATE TABLE system_nodes (service VARCHAR(64) NOT NULL, machine_id SMALLINT "
+                f"NOT NULL, host {host_type} NOT NULL, port INTEGER NOT NULL, version INTEGER "
+                "NOT NULL, last_seen TIMESTAMP, created_at TIMESTAMP, "
+                "PRIMARY KEY (service, machine_id))"))
+            conn.execute(text("CREATE TABLE flakekit_schema (component VARCHAR(64) PRIMARY KEY, "
+                              "version INTEGER NOT NULL)"))
+        with pytest.raises(SchemaError, match="holder"):
+            check_schema(engine, "workers")
+
+    def test_newer_schema_is_refused(self, db_url, engines):
+        """A schema version from a newer flakekit fails with 'upgrade flakekit'."""
+        engine = engines(db_url)
+        init_schema(engine, "workers")
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE flakekit_schema SET version = 99"))
+        with pytest.raises(SchemaError, match="upgrade flakekit"):
+            check_schema(engine, "workers")
+
+
+class TestConcurrency:
+    def test_200_threads_get_distinct_ids(self, db_url, engines):
+        """200 acquirers started together, each with its own allocator, never collide."""
+        engine = engines(db_url)
+        init_schema(engine, "workers")
+        barrier = threading.Barrier(200)
+        got: list[int] = []
+        errors: list[BaseException] = []
+
+        def run(i: int) -> None:
+            alloc = make(engine, host=f"10.{i // 250}.{i % 250}.1")
+            barrier.wait()
+            try:
+                got.append(alloc.acquire(req()).worker_id)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(200)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[:3]
+        assert sorted(got) == list(range(200))
+
+    def test_same_host_port_threads_distinct(self, db_url, engines):
+        """20 racing acquirers that all claim the same host:port still get 20 ids."""
+        engine = engines(db_url)
+        init_schema(engine, "workers")
+        barrier = threading.Barrier(20)
+        got: list[int] = []
+
+        def run() -> None:
+            alloc = make(engine)
+            barrier.wait()
+            got.append(alloc.acquire(req()).worker_id)
+
+        threads = [threading.Thread(target=run) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(got) == list(range(20))
+
+
+class TestSettings:
+    @pytest.mark.parametrize(
+        ("table", "field", "message"),
+        [
+            ({"heartbeat": "soon"}, "heartbeat", "expected a duration"),
+            ({"heartbeat": 0}, "heartbeat", "positive"),
+            ({"reclaim_after": []}, "reclaim_after", "list of ages"),
+            ({"reclaim_after": ["1h", "1d"]}, "reclaim_after", "longest"),
+            ({"heartbeat": "1h"}, "", "must be shorter"),
+            ({"port": 70000}, "port", "0..65535"),
+            ({"port": "80"}, "port", "integer"),
+            ({"create_schema": "yes"}, "create_schema", "true or false"),
+            ({"servce": "x"}, "servce", "did you mean 'service'"),
+        ],
+        ids=["bad-duration", "zero-heartbeat", "no-tiers", "tier-order", "heartbeat-too-long",
+             "port-range", "port-type", "create-schema-type", "typo"],
+    )
+    def test_bad_values(self, table, field, message):
+        """Each wrong value names its field and the fix."""
+        from flakekit.builtin.sql import SqlAllocatorSettings
+        from flakekit.settings import build_settings
+
+        path = "generators.orders.allocator"
+        with pytest.raises(ConfigError) as info:
+            build_settings(SqlAllocatorSettings, table, path)
+        assert str(info.value).startswith(f"{path}.{field}" if field else path)
+        assert message in str(info.value)
+
+    def test_seed_heartbeat_works_with_default_tiers(self):
+        """Seed 000's 5-minute heartbeat is accepted with 7 d / 1 d / 1 h."""
+        from flakekit.builtin.sql import SqlAllocatorSettings
+
+        s = SqlAllocatorSettings(heartbeat="5m")
+        assert s.heartbeat == 300 * NS and s.reclaim_after[-1] == 3600 * NS
+
+
+class TestCommands:
+    def run(self, *args: str, catch: bool = False) -> Any:
+        from click.testing import CliRunner
+
+        from flakekit.builtin.sql import register_commands
+        from flakekit.cli import cli
+
+        register_commands(cli)
+        return CliRunner().invoke(cli, list(args), catch_exceptions=catch)
+
+    def config(self, tmp_path, url: str) -> str:
+        path = tmp_path / "flakekit.toml"
+        path.write_text(
+            f'[backends.main]\nurl = "{url}"\n\n[generators.orders]\nlayout = "snowflake"\n'
+            'allocator = { type = "sql", backend = "main", service = "orders", '
+            'heartbeat = "5m" }\n'
+        )
+        return str(path)
+
+    def test_db_init_workers_release(self, db_url, engines, tmp_path):
+        """`db init` creates the schema; `workers` lists rows; `workers release` frees one."""
+        cfg = self.config(tmp_path, db_url)
+        result = self.run("db", "init", "--config", cfg)
+        assert result.exit_code == 0 and "workers schema ready" in result.output
+        engine = engines(db_url)
+        lease = make(engine, create_schema=False).acquire(req())
+        result = self.run("workers", "--config", cfg, "--json")
+        rows = __import__("json").loads(result.output)
+        assert [(r["worker_id"], r["state"], r["host"], r["port"]) for r in rows] == [
+            (0, "held", "10.0.0.1", 8080)]
+        listing = self.run("workers", "--config", cfg).output
+        assert "10.0.0.1:8080" in listing and "held" in listing
+        refused = self.run("workers", "release", "0", "--config", cfg, catch=True)
+        assert refused.exit_code != 0 and "--force" in str(refused.exception)
+        ok = self.run("workers", "release", "0", "--config", cfg, "--force")
+        assert ok.exit_code == 0 and "released worker 0" in ok.output
+        assert row(engine, 0)["holder"] is None and row(engine, 0)["version"] == lease.epoch + 1
+
+    def test_workers_without_schema_is_one_line(self, pg_url, tmp_path):
+        """Listing before `db init` on a server fails with the fix, not a traceback."""
+        from flakekit.cli import main
+
+        cfg = self.config(tmp_path, pg_url)
+        with pytest.raises(SystemExit) as info:
+            main(["workers", "--config", cfg])
+        assert info.value.code == 1
+
+
+class TestEmbeddedDefault:
+    def test_load_without_config_uses_sqlite_in_cwd(self, tmp_path, monkeypatch):
+        """No config: the sql allocator on ./flakekit.db; two kits get distinct ids."""
+        import flakekit
+
+        monkeypatch.chdir(tmp_path)
+        with flakekit.load() as one, flakekit.load() as two:
+            a, b = one["default"], two["default"]
+            assert a.worker_id != b.worker_id
+            assert a.next_id() != b.next_id()
+        assert (tmp_path / "flakekit.db").exists()
