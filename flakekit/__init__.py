@@ -6,7 +6,10 @@ import pluggy
 
 hookimpl = pluggy.HookimplMarker("flakekit")
 
-from flakekit.api import layout, load, snowflake  # noqa: E402
+# Import the generator module before binding the function of the same name: a later
+# `import flakekit.snowflake` then finds it loaded and leaves `flakekit.snowflake` alone.
+import flakekit.snowflake  # noqa: E402,F401  isort: skip
+from flakekit.api import layout, load, snowflake  # noqa: E402  isort: skip
 from flakekit.errors import (  # noqa: E402
     ClockMovedBackwardsError,
     ConfigError,

@@ -81,9 +81,13 @@ def _typed(table: Any, path: str) -> tuple[str, dict[str, Any]]:
     raise ConfigError(path, f"expected a name or a table with a type, got {table!r}")
 
 
-def build_plugin(registry: Registry, table: Any, path: str, *args: Any) -> Any:
+def build_plugin(
+    registry: Registry, table: Any, path: str, *args: Any, default_type: str | None = None
+) -> Any:
     """Build a plugin strategy from ``"name"`` or ``{type = "name", settings...}``:
     ``factory(settings, *args)`` with settings checked against its attrs class."""
+    if default_type is not None and isinstance(table, dict) and "type" not in table:
+        table = {"type": default_type, **table}
     kind, rest = _typed(table, path)
     reg = registry.get(kind, path if isinstance(table, str) else f"{path}.type")
     return reg.create(build_settings(reg.settings, rest, path), *args)

@@ -42,11 +42,7 @@ def build_settings(cls: type[T] | None, table: Mapping[str, Any], path: str) -> 
             expected = _simple_type(field.type) if field.converter is None else None
             if expected is not None and not _is(value, expected):
                 raise ConfigError(f"{path}.{name}", f"expected {_SIMPLE[expected]}, got {value!r}")
-            if field.converter is not None:  # run it here so its error names the field
-                try:
-                    field.converter(value)
-                except (ValueError, TypeError) as exc:
-                    raise ConfigError(f"{path}.{name}", _clean(str(exc))) from None
+            _check_field(field, value, f"{path}.{name}")
         elif field.default is attrs.NOTHING:
             raise ConfigError(f"{path}.{name}", "is required")
     try:
@@ -59,6 +55,19 @@ def build_settings(cls: type[T] | None, table: Mapping[str, Any], path: str) -> 
         field_name = _field_in(str(exc), fields) or ""
         where = f"{path}.{field_name}" if field_name else path
         raise ConfigError(where, _clean(str(exc))) from None
+
+
+def _check_field(field: Any, value: Any, where: str) -> None:
+    """Run one field's converter and validator now, so an error names that field."""
+    try:
+        if field.converter is not None:
+            value = field.converter(value)
+        if field.validator is not None:
+            field.validator(None, field, value)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(where, _clean(str(exc))) from None
+    except AttributeError:  # a validator that needs the other fields: checked below
+        pass
 
 
 def _simple_type(annotation: Any) -> type | None:

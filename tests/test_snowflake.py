@@ -332,3 +332,17 @@ class TestFork:
         _, status = os.waitpid(pid, 0)
         assert os.read(read, 10) == b"0"
         assert gen.next_id() > parent_ids[-1]
+
+
+def test_package_function_survives_module_import():
+    """`flakekit.snowflake` stays the function even after the module is imported."""
+    import importlib
+
+    import flakekit
+
+    module = importlib.import_module("flakekit.snowflake")
+    assert module is sys.modules["flakekit.snowflake"]
+    assert callable(flakekit.snowflake) and flakekit.snowflake is not module
+    gen = flakekit.snowflake(worker_id=3)
+    assert gen.next_id() > 0
+    gen.close()
