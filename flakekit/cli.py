@@ -234,6 +234,74 @@ def next_(name: str | None, count: int, config_path: str | None, as_json: bool) 
         click.echo("\n".join(map(str, ids)))
 
 
+# -- workers -----------------------------------------------------------------------------------
+def _allocator_type(table: Any) -> str:
+    if isinstance(table, str):
+        return table
+    return str(table.get("type", "?")) if isinstance(table, dict) else "?"
+
+
+def _details(extra: dict[str, Any]) -> str:
+    """The allocator-specific part of a record, short: ``host:port (name)`` or ``k=v``."""
+    if "host" in extra and "port" in extra:
+        where = f"{extra['host']}:{extra['port']}"
+        return f"{where} ({extra['host_name']})" if extra.get("host_name") else where
+    return " ".join(f"{k}={v}" for k, v in extra.items()
+                    if v not in (None, "") and isinstance(v, (str, int)))[:60]
+
+
+_RECORD_KEYS = {"generator", "allocator", "worker_id", "epoch", "state", "last_seen", "mine", "holder"}
+
+
+@cli.group(invoke_without_command=True)
+@config_option
+@json_option
+@click.pass_context
+def workers(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
+    """List the worker ids every generator's allocator knows about (id, holder, epoch,
+    last seen, lease state)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import flakekit
+
+    kit = flakekit.load(config_path)
+    rows: list[dict[str, Any]] = []
+    try:
+        for name, spec in kit.config.generators.items():
+            keeper = getattr(kit.get(name), "keeper", None)
+            if keeper is None:
+                continue
+            try:
+                records = keeper.allocator.records()
+            finally:
+                keeper.allocator.close()
+            for rec in records:
+                rows.append({
+                    "generator": name, "allocator": _allocator_type(spec.table.get("allocator")),
+                    "worker_id": rec.worker_id, "epoch": rec.epoch, "state": rec.state,
+                    "last_seen": rec.last_seen.isoformat() if rec.last_seen else None,
+                    "mine": rec.mine, "holder": rec.holder or None, **rec.extra,
+                })
+    finally:
+        kit.close()
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("no workers yet")
+        return
+    header = ("GENERATOR", "ALLOCATOR", "ID", "EPOCH", "STATE", "LAST SEEN (UTC)", "WHERE", "HOLDER")
+    table = [header] + [
+        (r["generator"], r["allocator"], str(r["worker_id"]), str(r["epoch"]), r["state"],
+         (r["last_seen"] or "-")[:19].replace("T", " "),
+         _details({k: v for k, v in r.items() if k not in _RECORD_KEYS}), r["holder"] or "-")
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
 # -- plugins and config ----------------------------------------------------------------------
 @cli.command()
 @json_option

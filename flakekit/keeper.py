@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 import attrs
@@ -46,8 +47,9 @@ class LeaseKeeper:
         request: what to ask for.
         clock: the generator's clock (deadlines are on its monotonic timeline).
         events: where lease events go.
-        on_lease_lost: ``"stop"`` (the generator raises from then on) or ``"exit"``
-            (log, then end the process with status 75, as seed 000 prescribes).
+        on_lease_lost: ``"stop"`` (the generator raises from then on), ``"exit"`` (log,
+            then end the process with status 75, as seed 000 prescribes) or
+            ``"restart"`` (acquire a new lease in the background; IDs resume under it).
     """
 
     allocator: WorkerAllocator
@@ -62,20 +64,27 @@ class LeaseKeeper:
     _target: LeaseTarget | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = attrs.Factory(threading.Event)
+    _closed: threading.Event = attrs.Factory(threading.Event)
+    _losing: threading.Lock = attrs.Factory(threading.Lock)
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self, target: LeaseTarget) -> WorkerLease:
         """Acquire a lease, bind the target to it and start renewing."""
+        self._closed.clear()
+        return self._acquire(target)
+
+    def _acquire(self, target: LeaseTarget) -> WorkerLease:
         self._target = target
         self.lease = lease = self.allocator.acquire(self.request)
         self.lost = None
         target.bind(lease)
         self.events.lease_acquired(self.request.generator, lease)
+        self._watch(self._pushed)
         interval = self.allocator.renew_interval
         if interval is not None and lease.deadline_ns is not None:
-            self._stop.clear()
+            self._stop = stop = threading.Event()  # each renew thread has its own
             self._thread = threading.Thread(
-                target=self._run, args=(interval,), daemon=True,
+                target=self._run, args=(interval, stop), daemon=True,
                 name=f"flakekit-lease-{self.request.generator}",
             )
             self._thread.start()
@@ -83,6 +92,8 @@ class LeaseKeeper:
 
     def close(self, *, release: bool = True) -> None:
         """Stop renewing and (by default) give the worker id back."""
+        self._closed.set()
+        self._watch(None)
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
@@ -99,9 +110,9 @@ class LeaseKeeper:
         self.allocator.close()
 
     # -- renewing -----------------------------------------------------------------------
-    def _run(self, interval: float) -> None:
+    def _run(self, interval: float, stop: threading.Event) -> None:
         wait = interval
-        while not self._stop.wait(wait):
+        while not stop.wait(wait):
             ok = self.renew_once()
             if self.lost is not None:
                 return
@@ -134,8 +145,23 @@ class LeaseKeeper:
         self.events.lease_renewed(self.request.generator, new)
         return True
 
+    def _watch(self, callback: Callable[[str, str], None] | None) -> None:
+        """Let an allocator that learns of a loss on its own (a ZooKeeper session
+        watcher) report it at once instead of at the next renewal."""
+        watch = getattr(self.allocator, "watch", None)
+        if callable(watch):
+            watch(callback)
+
+    def _pushed(self, kind: str, reason: str) -> None:
+        lease = self.lease
+        if kind == "lost" and lease is not None and self.lost is None:
+            self._lose(lease, reason)
+
     def _lose(self, lease: WorkerLease, reason: str) -> None:
-        self.lost = reason
+        with self._losing:
+            if self.lost is not None:
+                return
+            self.lost = reason
         if self._target is not None:
             self._target.revoke(reason)
         self.events.lease_lost(self.request.generator, lease, reason)
@@ -144,6 +170,26 @@ class LeaseKeeper:
                          self.request.generator, reason)
             logging.shutdown()
             os._exit(LEASE_LOST_EXIT_STATUS)
+        if self.on_lease_lost == "restart" and not self._closed.is_set():
+            threading.Thread(target=self._reacquire, daemon=True,
+                             name=f"flakekit-reacquire-{self.request.generator}").start()
+
+    def _reacquire(self) -> None:
+        """After a loss: a new lease (usually a new worker id), retried with back-off."""
+        old = self._thread
+        self._stop.set()
+        if old is not None and old is not threading.current_thread():
+            old.join(timeout=10)
+        delay = 0.1
+        while not self._closed.is_set() and self._target is not None:
+            try:
+                self._acquire(self._target)
+                return
+            except Exception as exc:
+                log.warning("%s: re-acquiring a worker lease failed (%s); retrying in %.1f s",
+                            self.request.generator, exc, delay)
+                self._closed.wait(delay)
+                delay = min(delay * 2, 5.0)
 
     # -- numbers for metrics --------------------------------------------------------------
     def remaining_s(self) -> float | None:

@@ -30,6 +30,7 @@ from flakekit.timeunits import parse_duration_ns
 
 __all__ = ["Generator", "Kit", "build_kit", "default_identity"]
 
+ON_LEASE_LOST = ("stop", "exit", "restart")
 SNOWFLAKE_KEYS = {"layout", "clock", "allocator", "nodes", "on_lease_lost",
                   "max_start_wait", "description"}
 
@@ -114,9 +115,11 @@ def build_snowflake(
         )
     ctx = BuildContext(spec.name, alloc_path, layout, clock, events, pool, host, *identity)
     allocator = build_plugin(host.allocators, table["allocator"], alloc_path, ctx)
-    on_lost = table.get("on_lease_lost", "stop")
-    if on_lost not in ("stop", "exit"):
-        raise ConfigError(f"{path}.on_lease_lost", f"expected \"stop\" or \"exit\", got {on_lost!r}")
+    # an allocator may prefer another default (ZooKeeper lease mode re-acquires)
+    on_lost = table.get("on_lease_lost", getattr(allocator, "default_on_lease_lost", "stop"))
+    if on_lost not in ON_LEASE_LOST:
+        raise ConfigError(f"{path}.on_lease_lost",
+                          f"expected one of {', '.join(map(repr, ON_LEASE_LOST))}, got {on_lost!r}")
     nodes = table.get("nodes", {})
     if not isinstance(nodes, dict):
         raise ConfigError(f"{path}.nodes", "expected a table such as nodes = {region = 1}")

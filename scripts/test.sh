@@ -14,6 +14,9 @@ done
 .venv/bin/python -m pip install -q --disable-pip-version-check "${pkgs[@]}"
 
 bash scripts/services.sh
+for setup in plugins/*/scripts/install-*.sh; do
+  [ -f "$setup" ] && bash "$setup"     # e.g. Debian's chromium for the monitor-page test
+done
 if [ -f scripts/zookeeper.sh ]; then
   trap 'bash scripts/zookeeper.sh stop >/dev/null 2>&1 || true' EXIT
   bash scripts/zookeeper.sh start

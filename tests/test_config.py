@@ -89,7 +89,7 @@ BAD_CASES = [
     ({"generators": {"g": {"allocator": "static", "nodes": {"region": 1}}}}, r"generators.g.nodes.region: layout 'snowflake' has no such field"),
     ({"generators": {"g": {"layout": "region-split", "allocator": "static", "nodes": {"region": 9}}}}, r"generators.g.nodes.region: 9 does not fit in 3 bits"),
     ({"generators": {"g": {"allocator": {"type": "static", "worker_id": 5000}}}}, r"generators.g.allocator.worker_id: worker id 5000 is outside the worker range 0..1023 of layout 'snowflake'"),
-    ({"generators": {"g": {"allocator": "static", "on_lease_lost": "panic"}}}, r"generators.g.on_lease_lost: expected \"stop\" or \"exit\""),
+    ({"generators": {"g": {"allocator": "static", "on_lease_lost": "panic"}}}, r"generators.g.on_lease_lost: expected one of .stop., .exit., .restart."),
     ({"layouts": {"l": {"fields": [["time", 41], ["worker", 10], ["sequence", 11]]}}}, r"layouts.l.fields: the fields add up to 62 bits"),
     ({"layouts": {"snowflake": {"fields": [["time", 41], ["worker", 10], ["sequence", 12]]}}}, r"layouts.snowflake: a layout named 'snowflake' is already registered"),
     ({"backends": {"b": {"url": "not a url"}}}, r"backends.b.url: 'not a url' is not a URL"),

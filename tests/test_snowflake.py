@@ -49,10 +49,16 @@ class LeasedAllocator:
     renew_interval: float | None = 3600.0
     fail: BaseException | None = None
     released: list[int] = attrs.Factory(list)
+    acquired: int = 0
+    pushed: object = None
 
     def acquire(self, request: LeaseRequest) -> WorkerLease:
-        return WorkerLease(self.worker, 1, "t", 1.0, self.clock.monotonic_ns() + self.ttl_ns,
-                           self.not_before_ns)
+        self.acquired += 1
+        return WorkerLease(self.worker + self.acquired - 1, self.acquired, "t", 1.0,
+                           self.clock.monotonic_ns() + self.ttl_ns, self.not_before_ns)
+
+    def watch(self, callback) -> None:
+        self.pushed = callback
 
     def renew(self, lease: WorkerLease, issued_until_ns: int) -> WorkerLease:
         if self.fail is not None:
@@ -252,6 +258,37 @@ class TestLease:
         with pytest.raises(LeaseLostError, match="version changed"):
             gen.next_id()
         assert gen.stats()["lost"] == "version changed"
+        gen.close()
+
+    def test_allocator_push_stops_at_once(self):
+        """An allocator that learns of a loss itself (ZooKeeper LOST) stops IDs at once."""
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock)
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        assert gen.next_id()
+        alloc.pushed("lost", "session 0x1 expired")
+        with pytest.raises(LeaseLostError, match="session 0x1 expired"):
+            gen.next_id()
+        gen.close()
+        assert alloc.pushed is None
+
+    def test_restart_on_loss_takes_a_new_lease(self):
+        """on_lease_lost="restart": a lost lease is replaced in the background; IDs
+        resume under the new worker id and epoch, above every earlier ID."""
+        import time
+
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock)
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc, on_lease_lost="restart").start()
+        before = gen.next_id()
+        alloc.pushed("lost", "session expired")
+        for _ in range(500):
+            if gen.lease is not None and gen.lease.epoch == 2 and gen.keeper.lost is None:
+                break
+            time.sleep(0.01)
+        after = gen.next_id()
+        assert gen.worker_id == 10 and gen.lease.epoch == 2
+        assert SNOWFLAKE.decompose(after)["worker"] == 10 and after > before
         gen.close()
 
     def test_high_water_mark_is_waited_for(self):

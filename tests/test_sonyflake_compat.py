@@ -12,7 +12,7 @@ from flakekit.snowflake import SnowflakeGenerator
 from flakekit.testing import ManualClock
 
 sonyflake = pytest.importorskip("sonyflake")
-EPOCH = dt.datetime(2014, 9, 1, tzinfo=dt.timezone.utc)
+EPOCH = dt.datetime(2014, 9, 1, tzinfo=dt.UTC)
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def sony():
 
 def test_compose_matches(sony):
     """The same time, sequence and machine compose to the same integer."""
-    when = dt.datetime(2025, 3, 4, 5, 6, 7, 890000, tzinfo=dt.timezone.utc)
+    when = dt.datetime(2025, 3, 4, 5, 6, 7, 890000, tzinfo=dt.UTC)
     for seq in (0, 1, 77, 255):
         assert SONYFLAKE.compose(time=when, sequence=seq, machine=0xBEEF) == sony.compose(when, seq, 0xBEEF)
 

@@ -8,8 +8,6 @@ working directory -- which is safe for the processes of ONE host only.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -186,11 +184,13 @@ def _db_error(exc: Exception) -> BackendError:
 
 
 def register_commands(cli: click.Group) -> None:
-    """Add ``db init`` and ``workers`` (split out so tests can add them to any group)."""
+    """Add ``db init`` and ``workers release`` (split out so tests can add them to any
+    group). ``workers`` itself is the core's listing of every allocator's records."""
     if "db" not in cli.commands:
         cli.add_command(db)
-    if "workers" not in cli.commands:
-        cli.add_command(workers)
+    group = cli.commands.get("workers")
+    if isinstance(group, click.Group) and "release" not in group.commands:
+        group.add_command(workers_release)
 
 
 @hookimpl
@@ -248,80 +248,7 @@ def db_init(config_path: str | None) -> None:
         pool.dispose()
 
 
-def _record_row(gen: _SqlGenerator, rec: Any) -> dict[str, Any]:
-    extra = rec.extra
-    return {
-        "generator": gen.name, "service": extra["service"], "worker_id": rec.worker_id,
-        "host": extra["host"], "port": extra["port"], "host_name": extra["host_name"],
-        "slot": extra["slot"], "version": rec.epoch,
-        "last_seen": rec.last_seen.isoformat() if rec.last_seen else None,
-        "age_s": extra["age_s"], "state": rec.state, "holder": rec.holder or None,
-        "mine": rec.mine, "issued_until_ns": extra["issued_until_ns"],
-    }
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return str(dt.timedelta(seconds=round(seconds)))
-
-
-@click.group(invoke_without_command=True)
-@config_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@click.pass_context
-def workers(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
-    """List every worker row of the SQL allocators (or release one: `workers release ID`)."""
-    ctx.ensure_object(dict)
-    ctx.obj["config_path"] = config_path
-    if ctx.invoked_subcommand is not None:
-        return
-    from sqlalchemy.exc import DBAPIError
-
-    from flakekit.config import load_config
-    from flakekit.sql.workers import list_records
-
-    config = load_config(config_path)
-    gens = list(_sql_generators(config))
-    if not gens:
-        raise ConfigError("generators", "no generator uses allocator type \"sql\"")
-    pool = config.pool()
-    rows: list[dict[str, Any]] = []
-    try:
-        for gen in gens:
-            from flakekit.sql.schema import WORKERS_COMPONENT, check_schema
-
-            engine = _engine(pool, gen)
-            try:
-                check_schema(engine, WORKERS_COMPONENT)
-                records = list_records(engine, gen.settings.service or gen.name,
-                                       gen.settings.reclaim_after, gen.settings.safety_window)
-            except DBAPIError as exc:
-                raise _db_error(exc) from None
-            rows.extend(_record_row(gen, rec) for rec in records)
-    finally:
-        pool.dispose()
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        click.echo("no worker rows yet")
-        return
-    header = ("SERVICE", "ID", "HOST:PORT", "VERSION", "LAST SEEN (UTC)", "AGE", "STATE",
-              "MINE", "HOLDER")
-    table = [header] + [
-        (r["service"], str(r["worker_id"]),
-         f"{r['host']}:{r['port']}" + (f" ({r['host_name']})" if r["host_name"] else ""),
-         str(r["version"]), (r["last_seen"] or "-")[:23].replace("T", " "), _age(r["age_s"]),
-         r["state"], "yes" if r["mine"] else "no", r["holder"] or "-")
-        for r in rows
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-
-
-@workers.command("release")
+@click.command("release")
 @click.argument("worker_id", type=int)
 @config_option
 @click.option("--generator", "-g", "generator", default=None,
@@ -338,7 +265,7 @@ def workers_release(ctx: click.Context, worker_id: int, config_path: str | None,
     from flakekit.sql.schema import WORKERS_COMPONENT, check_schema
     from flakekit.sql.workers import release_worker
 
-    config = load_config(config_path or (ctx.obj or {}).get("config_path"))
+    config = load_config(config_path or ((ctx.parent and ctx.parent.params) or {}).get("config_path"))
     gens = {g.name: g for g in _sql_generators(config)}
     if not gens:
         raise ConfigError("generators", "no generator uses allocator type \"sql\"")

@@ -1,0 +1,203 @@
+"""Benchmark `flakekit serve` with wrk on loopback, against the same service on uvicorn.
+
+    .venv/bin/python benchmarks/bench_server.py [--workers 2] [--duration 10] [--stacks flakekit,uvicorn]
+
+For each stack it starts the server (N processes, each with its own worker lease from a
+SQLite file), then runs wrk (Debian's ``wrk``; ``apt-get install wrk``):
+
+* single IDs at full speed: ``GET /api/snowflake/get/orders`` (Leaf's endpoint), req/s;
+* single IDs paced at ``--rate`` (default 25,000 req/s) for p50/p99/p99.9 at that load
+  (a Lua ``delay()`` per connection; wrk's own percentiles, so coordinated omission is
+  not corrected for);
+* batches: ``GET /api/v1/next/orders?count=1000``, req/s x 1000 = IDs/s.
+
+The uvicorn stack serves the very same :class:`IdService` through a minimal ASGI app
+(uvicorn with httptools and uvloop, ``--workers N``), so the difference is the transport.
+Every number printed comes from wrk in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+FLAKEKIT = str(Path(PY).with_name("flakekit"))
+
+LUA = textwrap.dedent("""
+    local d = tonumber(os.getenv("FK_DELAY_MS") or "0")
+    if d > 0 then delay = function() return d end end
+    done = function(summary, latency, requests)
+      local e = summary.errors
+      io.write(string.format("FKSTAT %d %d %d %d %d %d %d\\n", summary.requests, summary.duration,
+        e.connect + e.read + e.write + e.timeout, e.status,
+        latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+    end
+""")
+
+
+# -- the uvicorn variant: the same IdService behind a minimal ASGI app ---------------------------
+def make_asgi_app():  # uvicorn --factory bench_server:make_asgi_app
+    from flakekit_server.app import IdService, ServerOptions
+
+    import flakekit
+
+    state: dict = {}
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    kit = flakekit.load(os.environ["FK_BENCH_CONFIG"]).start()
+                    state["service"] = IdService(kit, ServerOptions(max_count=100_000), stack="uvicorn")
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    state["service"].kit.close()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        service = state["service"]
+        url = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
+        auth = dict(scope["headers"]).get(b"authorization")
+        status, ctype, body, _headers, _route = service.handle(scope["method"].encode(), url, auth)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", ctype), (b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+# -- running ---------------------------------------------------------------------------------
+def wait_up(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/snowflake/get/orders", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"server on port {port} did not come up")
+
+
+def start(stack: str, config: Path, port: int, workers: int, log) -> subprocess.Popen:
+    env = {**os.environ, "FK_BENCH_CONFIG": str(config)}
+    if stack == "flakekit":
+        cmd = [FLAKEKIT, "serve", "--config", str(config), "--port", str(port),
+               "--workers", str(workers)]
+    elif stack == "uvicorn":
+        cmd = [PY, "-m", "uvicorn", "--factory", "bench_server:make_asgi_app", "--app-dir", str(HERE),
+               "--port", str(port), "--workers", str(workers), "--http", "httptools",
+               "--loop", "uvloop", "--no-access-log", "--log-level", "warning"]
+    else:
+        raise SystemExit(f"unknown stack {stack!r}")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
+    wait_up(port)
+    return proc
+
+
+def wrk(url: str, *, threads: int, connections: int, duration: float, script: Path,
+        delay_ms: int = 0) -> dict:
+    env = {**os.environ, "FK_DELAY_MS": str(delay_ms)}
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "-s", str(script), url],
+        capture_output=True, text=True, env=env, timeout=duration + 60,
+    ).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("FKSTAT"))
+    requests, duration_us, errors, non2xx, p50, p99, p999 = map(int, line.split()[1:])
+    return {"requests": requests, "rps": requests / (duration_us / 1e6), "errors": errors,
+            "non2xx": non2xx, "p50_ms": p50 / 1e3, "p99_ms": p99 / 1e3, "p999_ms": p999 / 1e3}
+
+
+def bench(stack: str, args, config: Path, script: Path, log) -> dict:
+    port = args.port
+    proc = start(stack, config, port, args.workers, log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wrk(base + "/api/snowflake/get/orders", threads=1, connections=16, duration=2, script=script)  # warm-up
+        full = wrk(base + "/api/snowflake/get/orders", threads=args.threads,
+                   connections=args.connections, duration=args.duration, script=script)
+        delay = 2
+        conns = math.ceil(args.rate * (delay + 0.3) / 1000)
+        for _ in range(2):  # calibrate the connection count to reach the rate
+            trial = wrk(base + "/api/snowflake/get/orders", threads=args.threads,
+                        connections=conns, duration=2, script=script, delay_ms=delay)
+            if trial["rps"] >= args.rate:
+                break
+            conns = min(math.ceil(conns * args.rate * 1.03 / trial["rps"]), 4 * conns)
+        paced = wrk(base + "/api/snowflake/get/orders", threads=args.threads, connections=conns,
+                    duration=args.duration, script=script, delay_ms=delay)
+        batch = wrk(base + f"/api/v1/next/orders?count={args.batch}", threads=args.threads,
+                    connections=args.batch_connections, duration=args.duration, script=script)
+        batch["ids_per_s"] = batch["rps"] * args.batch
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    return {"stack": stack, "full": full, "paced": paced, "paced_connections": conns, "batch": batch}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=2, help="server processes (default 2)")
+    parser.add_argument("--duration", type=float, default=10, help="seconds per wrk run")
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
+    parser.add_argument("--connections", type=int, default=32, help="wrk connections, full speed")
+    parser.add_argument("--batch-connections", type=int, default=8)
+    parser.add_argument("--rate", type=int, default=25_000, help="paced single-ID load, req/s")
+    parser.add_argument("--batch", type=int, default=1000, help="IDs per batch request")
+    parser.add_argument("--port", type=int, default=18765)
+    parser.add_argument("--stacks", default="flakekit,uvicorn")
+    parser.add_argument("--json", action="store_true", help="print JSON too")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install -y wrk")
+
+    tmp = Path(tempfile.mkdtemp(prefix="fk-bench-server-"))
+    try:
+        url = f"sqlite:///{tmp / 'ids.db'}"
+        config = tmp / "flakekit.toml"
+        config.write_text(f'[backends.main]\nurl = "{url}"\n\n[generators.orders]\n'
+                          'strategy = "snowflake"\nallocator = { type = "sql", backend = "main" }\n')
+        script = tmp / "stats.lua"
+        script.write_text(LUA)
+        results = []
+        with open(tmp / "server.log", "wb") as log:
+            for stack in args.stacks.split(","):
+                results.append(bench(stack.strip(), args, config, script, log))
+        cores = len(os.sched_getaffinity(0))
+        print(f"flakekit-server benchmark: {args.workers} server processes, {cores} cores, "
+              f"wrk -t{args.threads}, {args.duration:g} s per run, loopback")
+        print(f"{'stack':<10} {'single req/s':>13} {'p99.9 ms':>9} | paced {args.rate} req/s: "
+              f"{'achieved':>9} {'p50 ms':>7} {'p99 ms':>7} {'p99.9 ms':>8} | "
+              f"batch x{args.batch}: {'IDs/s':>11} {'p99 ms':>7}")
+        for r in results:
+            f, p, b = r["full"], r["paced"], r["batch"]
+            print(f"{r['stack']:<10} {f['rps']:>13,.0f} {f['p999_ms']:>9.2f} | "
+                  f"{'':>{len(str(args.rate)) + 13}}{p['rps']:>9,.0f} {p['p50_ms']:>7.2f} "
+                  f"{p['p99_ms']:>7.2f} {p['p999_ms']:>8.2f} | {'':>9}{b['ids_per_s']:>11,.0f} "
+                  f"{b['p99_ms']:>7.2f}")
+            bad = sum(x["errors"] + x["non2xx"] for x in (f, p, b))
+            if bad:
+                print(f"  {r['stack']}: {bad} errors or non-2xx answers")
+        if len(results) > 1:
+            ratio = results[0]["full"]["rps"] / results[1]["full"]["rps"]
+            print(f"{results[0]['stack']} / {results[1]['stack']} single-ID throughput: {ratio:.2f}x")
+        if args.json:
+            print(json.dumps(results, indent=2))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

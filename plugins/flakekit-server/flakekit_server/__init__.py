@@ -1,0 +1,39 @@
+"""flakekit-server: ``flakekit serve``, an HTTP ID server (Leaf-compatible API, batches,
+Prometheus metrics, a monitor page). A plugin: its entry point registers the command and
+counts lease, clock and alert events for ``/metrics``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from flakekit import hookimpl
+from flakekit_server.metrics import EVENTS
+
+if TYPE_CHECKING:
+    import click
+
+__all__ = ["__version__"]
+
+__version__ = "0.1.0"
+
+
+@hookimpl
+def flakekit_register_commands(cli: click.Group) -> None:
+    from flakekit_server.cli import serve_command
+
+    cli.add_command(serve_command)
+
+
+@hookimpl
+def flakekit_lease_lost(generator: str, lease: Any, reason: str) -> None:
+    EVENTS.add(EVENTS.lease_lost, generator)
+
+
+@hookimpl
+def flakekit_clock_moved_backwards(generator: str, clock: str, behind_ns: int, waited: bool) -> None:
+    EVENTS.add(EVENTS.clock_rollbacks, (generator, waited))
+
+
+@hookimpl
+def flakekit_alert(kind: str, message: str, details: dict[str, Any]) -> None:
+    EVENTS.add(EVENTS.alerts, kind)

@@ -1,0 +1,11 @@
+"""Fixtures of the server tests (helpers live in server_testing.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from server_testing import start_server  # noqa: E402,F401 - a fixture
+

@@ -1,0 +1,179 @@
+"""Helpers for the server tests (a unique module name: tests/ has a conftest too): real `flakekit serve` processes on loopback, real
+databases (SQLite files; a fresh PostgreSQL database where a test asks for one)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PG_ADMIN_URL = os.environ.get("FLAKEKIT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+FLAKEKIT = str(Path(sys.executable).with_name("flakekit"))
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def fresh_pg() -> Iterator[str]:
+    """A new, empty PostgreSQL database (dropped afterwards); as tests/conftest.py."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    if not _listening(5432):
+        pytest.fail("PostgreSQL is not listening on 127.0.0.1:5432 (see docs/operations.md)")
+    name = f"fk_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def create_keys(url: str, keys: dict[str, int], table: str = "leaf_alloc") -> None:
+    """Create segment keys (key -> step) the way `flakekit segments create` does."""
+    from sqlalchemy import create_engine
+
+    from flakekit.sql.leaf import SqlSegmentStore
+
+    engine = create_engine(url)
+    try:
+        store = SqlSegmentStore(engine, table)
+        for key, step in keys.items():
+            store.create(key, step)
+    finally:
+        engine.dispose()
+
+
+def write_config(path: Path, url: str, *, heartbeat: str | None = None,
+                 segments: dict[str, str] | None = None, extra: str = "") -> Path:
+    """A config with snowflake generator 'orders' (sql allocator) and segment generators
+    (generator name -> key)."""
+    hb = ""
+    if heartbeat:
+        hb = f', heartbeat = "{heartbeat}", reclaim_after = ["3s"], safety_window = "1s"'
+    text = f'[backends.main]\nurl = "{url}"\n\n'
+    text += ('[generators.orders]\nstrategy = "snowflake"\n'
+             f'allocator = {{ type = "sql", backend = "main"{hb} }}\n\n')
+    for name, key in (segments if segments is not None else {"invoices": "invoice"}).items():
+        text += (f'[generators.{name}]\nstrategy = "segment"\nstore = {{ type = "sql", backend = "main" }}\n'
+                 f'key = "{key}"\n\n')
+    path.write_text(text + extra)
+    return path
+
+
+class Server:
+    """A `flakekit serve` subprocess; stop() sends SIGTERM and returns the exit status."""
+
+    def __init__(self, config: Path | None, *args: str, tmp: Path, env: dict[str, str] | None = None,
+                 wait: bool = True) -> None:
+        cmd = [FLAKEKIT, "serve", "--port", "0", *args]
+        if config is not None:
+            cmd += ["--config", str(config)]
+        self.log_path = tmp / f"server-{uuid.uuid4().hex[:6]}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        full_env = {**os.environ, **(env or {})}
+        full_env.pop("FLAKEKIT_CONFIG", None)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, env=full_env)
+        self.port = 0
+        self.host = "127.0.0.1"
+        self.banner = ""
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        assert self.proc.stdout is not None
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        line = b""
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                self.stop()
+                raise AssertionError(f"server did not start in {timeout} s:\n{self.log()}")
+            chunk = os.read(self.proc.stdout.fileno(), 1)
+            if not chunk:
+                rc = self.proc.wait()
+                raise AssertionError(f"server exited with {rc} during start-up:\n{self.log()}")
+            line += chunk
+        sel.close()
+        self.banner = line.decode().strip()
+        url = self.banner.split("http://", 1)[1].split()[0]
+        self.host, _, port = url.rpartition(":")
+        self.port = int(port)
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def conn(self, timeout: float = 10) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def get(self, path: str, headers: dict[str, str] | None = None, method: str = "GET",
+            body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+        conn = self.conn()
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+    def json(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        status, _, body = self.get(path, headers)
+        return status, json.loads(body)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_server(tmp_path) -> Iterator[Any]:
+    """``start_server(config, *args)`` starts `flakekit serve`; all are stopped afterwards."""
+    servers: list[Server] = []
+
+    def start(config: Path | None, *args: str, **kw: Any) -> Server:
+        server = Server(config, *args, tmp=tmp_path, **kw)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "FLAKEKIT_CONFIG"}
+    return subprocess.run([FLAKEKIT, *args], capture_output=True, text=True, timeout=timeout, env=env)

@@ -1,0 +1,100 @@
+"""The monitor page in real headless Chromium (Debian's chromium package).
+
+The test loads ``/`` and checks what a person would see after the page's script ran:
+generator names, worker ids, both buffers of each segment key. A screenshot goes to
+``test-artifacts/`` (git-ignored) for a human to look at.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from server_testing import create_keys, write_config
+
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed: run plugins/flakekit-server/scripts/install-browser.sh",
+)
+
+
+def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    profile = tmp_path / "chromium-profile"
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+           "--virtual-time-budget=3000", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+
+
+def cells(dom: str, table_id: str) -> list[list[str]]:
+    """The text of each row of a table's body, as a person reads it."""
+    body = dom.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
+    body = body.split("<tbody>", 1)[1]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
+    return [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+             for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]
+
+
+class TestMonitorPage:
+    def test_page_shows_generators_leases_and_buffers(self, tmp_path, start_server):
+        url = f"sqlite:///{tmp_path / 'ids.db'}"
+        create_keys(url, {"invoice": 1000, "payment": 50})
+        config = write_config(tmp_path / "c.toml", url,
+                              segments={"invoices": "invoice", "payments": "payment"})
+        server = start_server(config)
+        for _ in range(7):
+            server.get("/api/segment/get/invoice")
+        server.get("/api/v1/next/orders?count=42")
+        page = f"http://127.0.0.1:{server.port}/"
+
+        result = chromium(tmp_path, "--dump-dom", page)
+        assert result.returncode == 0, result.stderr[-2000:]
+        dom = result.stdout
+        assert 'class="badge ok">ready<' in dom, dom[:3000]
+        leases = cells(dom, "leases")
+        assert len(leases) == 1
+        name, process, layout, worker, epoch, left, *_rest, issued, state = leases[0]
+        assert (name, process, layout, worker, epoch, issued, state) == (
+            "orders", "0", "snowflake", "0", "1", "42", "ok")
+        assert float(left) > 0
+        segs = {row[0]: row for row in cells(dom, "segments")}
+        assert set(segs) == {"invoice", "payment"}
+        inv = segs["invoice"]
+        # key, generator, process, step, issued, current pos/end/step/ready, next pos/end/step/ready
+        assert inv[1:5] == ["invoices", "0", "1000", "7"]
+        assert inv[5:9] == ["8", "1001", "1000", "yes"]
+        assert inv[12] in ("yes", "no")
+        assert segs["payment"][5:9] == ["1", "51", "50", "yes"]
+
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / "monitor-page.png"
+        shot.unlink(missing_ok=True)
+        result = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1400,700", page)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert shot.stat().st_size > 10_000
+
+    def test_page_shows_not_ready(self, tmp_path, start_server):
+        """When a lease is lost the page says so, in red, with the reason."""
+        import sqlite3
+        import time
+
+        db = tmp_path / "ids.db"
+        url = f"sqlite:///{db}"
+        config = write_config(tmp_path / "c.toml", url, heartbeat="200ms", segments={})
+        server = start_server(config)
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE system_nodes SET version = version + 1, holder = 'thief'")
+        deadline = time.monotonic() + 10
+        while server.get("/ready")[0] != 503 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        result = chromium(tmp_path, "--dump-dom", f"http://127.0.0.1:{server.port}/")
+        assert 'class="badge bad">not ready<' in result.stdout
+        assert "lease lost" in result.stdout

@@ -1,0 +1,198 @@
+"""flakekit-zookeeper: worker ids from ZooKeeper.
+
+``allocator = {type = "zookeeper", hosts = "zk1:2181,zk2:2181", mode = "lease"}``
+
+- ``mode = "leaf"``: Meituan Leaf's Snowflake mode, compatible with its znodes
+  (``/snowflake/{name}/forever/{ip}:{port}-{seq}``, worker id = the sequence number),
+  with the time reported every 3 s, a local cache file for start-up while ZooKeeper is
+  down, and the clock check Leaf swallows made fatal. Ids are never recycled.
+- ``mode = "lease"``: seed 002's rules: an ephemeral claim per worker id, the lowest free
+  id, the session is the lease (no ID after ``session_timeout - safety_window`` without
+  contact), a quarantine before a freed id is claimed again, an epoch per claim.
+
+See ``docs/choosing-allocators.md`` and this plugin's README.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import attrs
+from attrs.validators import ge, in_, instance_of, le, optional
+
+from flakekit import hookimpl
+from flakekit.context import BuildContext
+from flakekit.errors import ConfigError
+from flakekit.registry import Register
+from flakekit.timeunits import parse_duration_ns
+
+__all__ = ["ZooKeeperSettings", "build_zookeeper_allocator"]
+
+__version__ = "0.1.0"
+
+DEFAULT_HOSTS = "127.0.0.1:2181"
+DEFAULT_ROOTS = {"leaf": "/snowflake", "lease": "/flakekit"}
+
+
+def _duration(value: Any) -> int:
+    ns = parse_duration_ns(value)
+    if ns <= 0:
+        raise ValueError(f"must be a positive duration such as '10s', got {value!r}")
+    return ns
+
+
+def _duration0(value: Any) -> int:
+    ns = parse_duration_ns(value)
+    if ns < 0:
+        raise ValueError(f"must be a duration >= 0 such as '30s', got {value!r}")
+    return ns
+
+
+def _optional_duration0(value: Any) -> int | None:
+    return None if value is None else _duration0(value)
+
+
+def _root(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith("/") or value.endswith("/") \
+            or "//" in value:
+        raise ValueError(f"root must be a znode path such as '/snowflake', got {value!r}")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class ZooKeeperSettings:
+    """``allocator = {type = "zookeeper", ...}``.
+
+    Attributes:
+        hosts: the ensemble, ``"host:port,host:port"`` (default: the environment
+            variable ``ZK_HOSTS``, else ``"127.0.0.1:2181"``).
+        mode: ``"leaf"`` (Leaf-compatible, persistent ids, local cache) or ``"lease"``
+            (recyclable ids; the session is the lease). Default ``"lease"``.
+        name: Leaf's ``leaf.name`` / the namespace of the ids (default: the generator's
+            name). Generators that share a layout must not share a name.
+        root: the znode under which ``{name}`` lives (default ``"/snowflake"`` in leaf
+            mode, as Leaf has it; ``"/flakekit"`` in lease mode).
+        session_timeout: the ZooKeeper session timeout (default ``"10s"``; the server
+            may grant less, which is then used).
+        connect_timeout: how long start-up waits for ZooKeeper (default ``"5s"``); in
+            leaf mode the cache file is used after that.
+        safety_window: lease mode: stop issuing this long before the session could have
+            expired (default: a fifth of the session timeout, 2 s for 10 s; it must be
+            less than half of it).
+        quarantine: lease mode: how long a freed id stays unclaimable after its holder
+            stopped (default ``"30s"``; 0 allowed).
+        report_interval: leaf mode: how often the time is reported (default ``"3s"``).
+        cache_dir: leaf mode: where the cache file goes (default
+            ``$XDG_STATE_HOME/flakekit/zookeeper`` or ``~/.local/state/flakekit/zookeeper``).
+        cache_file: leaf mode: the cache file itself (default
+            ``{cache_dir}/{name}/{ip}_{port}.json``).
+        ip: leaf mode: the ip in the znode name (default: ``FLAKEKIT_HOST`` when it is an
+            address, else this host's first non-loopback IPv4 address, as Leaf does).
+        port: leaf mode: the port in the znode name (default ``FLAKEKIT_PORT`` or 0).
+    """
+
+    hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    mode: str = attrs.field(default="lease", validator=in_(("leaf", "lease")))
+    name: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    root: str | None = attrs.field(default=None, converter=_root)
+    session_timeout: int = attrs.field(default="10s", converter=_duration)
+    connect_timeout: int = attrs.field(default="5s", converter=_duration)
+    safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
+    quarantine: int = attrs.field(default="30s", converter=_duration0)
+    report_interval: int = attrs.field(default="3s", converter=_duration)
+    cache_dir: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    cache_file: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    ip: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    port: int | None = attrs.field(default=None, validator=optional([instance_of(int),
+                                                                    ge(0), le(65535)]))
+
+    def __attrs_post_init__(self) -> None:
+        if self.session_timeout < 1_000_000_000:
+            raise ValueError("'session_timeout' must be at least 1s (ZooKeeper's floor "
+                             "is 2 ticks; scripts/zookeeper.sh allows 1s)")
+        if self.safety_window is None:  # a fifth of the session (2 s for 10 s)
+            object.__setattr__(self, "safety_window", self.session_timeout // 5)
+        if self.safety_window * 2 >= self.session_timeout:
+            raise ValueError(
+                "'safety_window' must be less than half the session timeout "
+                f"({self.session_timeout / 2e9:g} s); raise the session timeout or lower the window",
+            )
+        if self.name is not None and ("/" in self.name or not self.name):
+            raise ValueError(f"'name' must be a non-empty name without '/', got {self.name!r}")
+        if self.ip is not None:
+            try:
+                ipaddress.ip_address(self.ip)
+            except ValueError:
+                raise ValueError(f"'ip' must be an IP address, got {self.ip!r}") from None
+
+
+def resolve_ip(host: str) -> str:
+    """Leaf's identity ip: ``host`` if it is an address, else the first non-loopback
+    IPv4 address of this host (the one outgoing traffic uses, else the resolver's)."""
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect(("10.255.255.255", 1))  # no packet is sent
+            addr = sock.getsockname()[0]
+            if not ipaddress.ip_address(addr).is_loopback:
+                return addr
+    except OSError:
+        pass
+    try:
+        for addr in socket.gethostbyname_ex(socket.gethostname())[2]:
+            if not ipaddress.ip_address(addr).is_loopback:
+                return addr
+    except OSError:
+        pass
+    return "127.0.0.1"
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "flakekit" / "zookeeper"
+
+
+def build_zookeeper_allocator(settings: ZooKeeperSettings | None, ctx: BuildContext) -> Any:
+    """Factory registered as ``zookeeper``: a LeafAllocator or a LeaseAllocator."""
+    s = settings or ZooKeeperSettings()
+    hosts = s.hosts or os.environ.get("ZK_HOSTS") or DEFAULT_HOSTS
+    name = s.name or ctx.generator
+    if "/" in name:
+        raise ConfigError(f"{ctx.path}.name", f"{name!r} contains '/'; set name = \"...\"")
+    root = s.root or DEFAULT_ROOTS[s.mode]
+    if s.mode == "leaf":
+        from flakekit_zookeeper.leaf import LeafAllocator
+
+        ip = s.ip or resolve_ip(ctx.host)
+        port = s.port if s.port is not None else ctx.port
+        cache = Path(s.cache_file) if s.cache_file else (
+            (Path(s.cache_dir) if s.cache_dir else default_cache_dir())
+            / name / f"{ip}_{port}.json")
+        return LeafAllocator(settings=s, hosts=hosts, name=name, root=root, ip=ip, port=port,
+                             cache_path=cache, clock=ctx.clock, events=ctx.events,
+                             generator=ctx.generator, path=ctx.path)
+    from flakekit_zookeeper.lease import LeaseAllocator
+
+    return LeaseAllocator(settings=s, hosts=hosts, name=name, root=root, clock=ctx.clock,
+                          events=ctx.events, generator=ctx.generator, path=ctx.path,
+                          host=ctx.host, port=ctx.port)
+
+
+@hookimpl
+def flakekit_register_allocators(register: Register) -> None:
+    register(
+        "zookeeper", build_zookeeper_allocator, settings=ZooKeeperSettings,
+        description="worker ids from ZooKeeper: Leaf-compatible (mode = \"leaf\") or "
+                    "session leases with quarantine (mode = \"lease\")",
+    )

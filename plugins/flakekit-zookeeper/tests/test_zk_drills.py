@@ -1,0 +1,175 @@
+"""Fault drills against real ZooKeeper: a paused process, a lost leader.
+
+Assertions are about safety only (no duplicate ID, no ID outside a valid session), never
+about speed; the measured numbers are printed (pytest -s) for the docs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from zkhelpers import generator, parse_ids, read_until, spawn, tiny_layout, write_config
+
+from flakekit.errors import FlakekitError, LeaseLostError
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigstop_past_session_timeout_no_duplicate(tmp_path, zk_hosts, ns):
+    """A generator paused past its session while another process claims its id: the
+    paused one issues nothing after it resumes, and no ID repeats."""
+    table = (f'{{ type = "zookeeper", hosts = "{zk_hosts}", mode = "lease", '
+             'session_timeout = "2s", safety_window = "0.5s", quarantine = 0 }')
+    cfg = write_config(tmp_path, ns, table, layout="tiny")
+    holder = generator(ns, tiny_layout(), hosts=zk_hosts, session_timeout="2s",
+                       safety_window="0.5s", quarantine=0)
+    holder.start()  # takes worker 0, so the two processes must share worker 1
+    a = spawn(cfg, ns)
+    a_lease = read_until(a, "LEASE ").split()
+    assert a_lease[1] == "1"
+    time.sleep(0.3)
+    stopped_at = time.monotonic_ns()
+    os.kill(a.pid, signal.SIGSTOP)
+    b = spawn(cfg, ns, "--retry-exhausted", "--seconds", "1.5")
+    try:
+        b_lease = read_until(b, "LEASE ", timeout=30).split()
+        b_out = b.communicate(timeout=30)[0]
+    finally:
+        resumed_at = time.monotonic_ns()
+        os.kill(a.pid, signal.SIGCONT)
+    a_out = a.communicate(timeout=30)[0]
+    holder.close()
+    assert b_lease[1] == "1" and int(b_lease[2]) == int(a_lease[2]) + 1  # same id, epoch+1
+    claimed_at = int(b_lease[3])
+    a_ids, b_ids = parse_ids(a_out), parse_ids(b_out)
+    assert a_ids and b_ids
+    assert "ERR Lease" in a_out, a_out[-500:]
+    # A issued nothing after it was resumed, nothing once B held the id ...
+    assert max(t for _, t in a_ids) < stopped_at
+    assert all(t < claimed_at for _, t in a_ids)
+    # ... and B claimed only after A's session could have expired
+    assert claimed_at - stopped_at >= 1.0e9  # not before the session could end
+    ids = [i for i, _ in a_ids + b_ids]
+    assert len(ids) == len(set(ids))
+    err_at = int(a_out.split("ERR ")[1].split()[1])
+    print(f"\nSIGSTOP drill: B claimed worker 1 {(claimed_at - stopped_at) / 1e9:.2f} s after "
+          f"the pause; A refused {(err_at - resumed_at) / 1e6:.1f} ms after SIGCONT; "
+          f"{len(a_ids)} + {len(b_ids)} IDs, no duplicate")
+
+
+def _mode(port: int) -> str:
+    out = subprocess.run(
+        ["bash", "-c", 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf srvr >&3 && cat <&3', "_",
+         str(port)], capture_output=True, text=True, timeout=5).stdout
+    for line in out.splitlines():
+        if line.startswith("Mode: "):
+            return line.split()[1]
+    return "down"
+
+
+def _pid_of(svc, port: int) -> int:
+    for n in (1, 2, 3):
+        d = svc / "zk-ensemble" / f"n{n}"
+        if f"clientPort={port}\n" in (d / "zoo.cfg").read_text():
+            return int((d / "zk.pid").read_text())
+    raise AssertionError(f"no ensemble node on port {port}")
+
+
+def test_leader_loss_no_id_without_session(zk_ensemble, ns):
+    """SIGSTOP the ensemble's leader under a client pinned to a follower: IDs stop within
+    the lease (session - safety after the last confirmed contact), resume only after a
+    confirmed renewal, and never repeat."""
+    hosts, svc = zk_ensemble
+    ports = [int(h.rsplit(":", 1)[1]) for h in hosts.split(",")]
+    deadline = time.monotonic() + 20
+    modes = {}
+    while time.monotonic() < deadline:
+        modes = {p: _mode(p) for p in ports}
+        if sorted(modes.values()) == ["follower", "follower", "leader"]:
+            break
+        time.sleep(0.2)
+    assert sorted(modes.values()) == ["follower", "follower", "leader"], modes
+    leader = next(p for p, m in modes.items() if m == "leader")
+    follower = next(p for p, m in modes.items() if m == "follower")
+    gen = generator(ns, hosts=f"127.0.0.1:{follower}", session_timeout="2s",
+                    safety_window="0.5s", quarantine=0, connect_timeout="10s")
+    gen.start()
+    alloc = gen.keeper.allocator
+    lease_ns = alloc._lease_ms * 1_000_000
+    renewals: list[int] = []  # monotonic t0 of every confirmed contact
+
+    class Recording:
+        """Delegates to the allocator and notes each confirmed contact."""
+
+        def __getattr__(self, name):
+            return getattr(alloc, name)
+
+        def renew(self, lease, until):
+            new = alloc.renew(lease, until)
+            renewals.append(new.deadline_ns - lease_ns)
+            return new
+
+        def acquire(self, request):
+            new = alloc.acquire(request)
+            renewals.append(new.deadline_ns - lease_ns)
+            return new
+
+    renewals.append(gen.lease.deadline_ns - lease_ns)
+    gen.keeper.allocator = Recording()
+    issued: list[tuple[int, int]] = []
+    errors: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            before = time.monotonic_ns()
+            try:
+                issued.append((gen.next_id(), before))
+            except LeaseLostError:
+                errors.append((before, "lost"))
+                try:
+                    gen.restart()
+                except FlakekitError:
+                    time.sleep(0.05)
+            except FlakekitError as exc:
+                errors.append((before, type(exc).__name__))
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    pid = _pid_of(svc, leader)
+    paused_at = time.monotonic_ns()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(7.0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    time.sleep(3.0)
+    stop.set()
+    thread.join(10)
+    gen.close()
+    ids = [i for i, _ in issued]
+    assert len(ids) == len(set(ids))
+    info = (f"renewals (s from pause): {[(r - paused_at) / 1e9 for r in renewals]}; "
+            f"errors: {[(t - paused_at) / 1e9 for t, _ in errors[:3]]}...{len(errors)}")
+    before_pause = [r for r in renewals if r < paused_at]
+    assert before_pause, info
+    last_contact = max(before_pause)
+    recovered = min((r for r in renewals if r > paused_at), default=None)
+    during = [t for _, t in issued if t > paused_at and (recovered is None or t < recovered)]
+    # nothing issued later than session - safety after the last confirmed contact
+    assert all(t <= last_contact + lease_ns for t in during), info
+    gap_start = max((t for t in during), default=paused_at)
+    after = [t for _, t in issued if recovered is not None and t >= recovered]
+    assert errors, f"the generator never stopped; {info}"
+    assert after, f"IDs never resumed after the ensemble recovered; {info}"
+    print(f"\nleader loss: IDs stopped {(gap_start - paused_at) / 1e9:.2f} s after the leader "
+          f"was paused (lease bound {(last_contact + lease_ns - paused_at) / 1e9:.2f} s), "
+          f"resumed {(min(after) - paused_at) / 1e9:.2f} s after it; "
+          f"{len(errors)} refused calls, {len(ids)} IDs, no duplicate")

@@ -1,0 +1,256 @@
+"""mode = "leaf": Leaf-compatible znodes, the time report, the cache file, the clock check."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+from flakekit_zookeeper.errors import ClockBehindReportError
+from flakekit_zookeeper.leaf import parse_node_name
+from zkhelpers import Recorder, allocator, generator, tiny_layout
+
+import flakekit
+from flakekit.errors import BackendError, ConfigError, WorkerExhaustedError
+from flakekit.events import Events
+from flakekit.lease import LeaseRequest
+from flakekit.testing import ManualClock
+
+DOWN = "127.0.0.1:1"  # nothing listens on port 1
+
+
+def leaf(ns, tmp_path, **kw):
+    kw.setdefault("cache_dir", str(tmp_path / "cache"))
+    return allocator(ns, mode="leaf", connect_timeout="1s", session_timeout="4s", **kw)
+
+
+def req(max_worker_id=1023):
+    return LeaseRequest("t", max_worker_id, "10.9.8.7", 8080)
+
+
+class TestConfig:
+    def test_chosen_by_name_in_config(self, tmp_path, zk_hosts, ns):
+        """`allocator = {type = "zookeeper", mode = ...}` builds through the entry point."""
+        cfg = tmp_path / "f.toml"
+        cfg.write_text(f"""
+[generators.{ns}]
+strategy = "snowflake"
+allocator = {{ type = "zookeeper", hosts = "{zk_hosts}", mode = "leaf", cache_dir = "{tmp_path}" }}
+""")
+        with flakekit.load(cfg) as kit:
+            gen = kit[ns]
+            assert gen.worker_id == 0
+            assert type(gen.keeper.allocator).__name__ == "LeafAllocator"
+            assert gen.next_id() > 0
+
+    @pytest.mark.parametrize(("table", "field"), [
+        ('{ type = "zookeeper", mode = "leap" }', "mode"),
+        ('{ type = "zookeeper", session_timeout = "4s", safety_window = "3s" }', "safety_window"),
+        ('{ type = "zookeeper", session_timeout = "0.5s" }', "session_timeout"),
+        ('{ type = "zookeeper", quarantine = "-1s" }', "quarantine"),
+        ('{ type = "zookeeper", ip = "not-an-ip", mode = "leaf" }', "ip"),
+        ('{ type = "zookeeper", hostz = "x" }', "hostz"),
+    ], ids=["mode", "safety", "session-floor", "quarantine", "ip", "unknown-key"])
+    def test_bad_settings_name_the_field(self, tmp_path, table, field):
+        """Each wrong setting fails at load time naming generators.g.allocator.<field>."""
+        cfg = tmp_path / "f.toml"
+        cfg.write_text(f'[generators.g]\nstrategy = "snowflake"\nallocator = {table}\n')
+        with pytest.raises(ConfigError) as info:
+            flakekit.load(cfg)
+        assert f"generators.g.allocator.{field}" in str(info.value)
+
+
+class TestLeafZnodes:
+    def test_creates_leaf_node_and_reuses_it_on_restart(self, zk, ns, tmp_path):
+        """A new ip:port gets a sequential node with Leaf's JSON; a restart gets the same id."""
+        a = leaf(ns, tmp_path)
+        lease = a.acquire(req())
+        assert lease.worker_id == 0 and lease.deadline_ns is None
+        children = zk.get_children(f"/snowflake/{ns}/forever")
+        assert children == ["10.9.8.7:8080-0000000000"]
+        data = json.loads(zk.get(f"/snowflake/{ns}/forever/{children[0]}")[0])
+        assert set(data) == {"ip", "port", "timestamp"} and data["port"] == "8080"
+        a.release(lease, time.time_ns())
+        a.close()
+        other = leaf(ns, tmp_path, port=9090)
+        assert other.acquire(req()).worker_id == 1
+        other.close()
+        again = leaf(ns, tmp_path)
+        lease2 = again.acquire(req())
+        assert lease2.worker_id == 0
+        again.close()
+
+    def test_reads_existing_leaf_nodes(self, zk, ns, tmp_path):
+        """Nodes written by Leaf itself (port as a string, Jackson JSON) map to their seq."""
+        base = f"/snowflake/{ns}/forever"
+        zk.ensure_path(base)
+        for ip in ("10.0.0.1", "10.0.0.2", "10.9.8.7"):
+            zk.create(f"{base}/{ip}:8080-", json.dumps(
+                {"ip": ip, "port": "8080", "timestamp": int(time.time() * 1000) - 60_000}
+            ).encode(), sequence=True)
+        a = leaf(ns, tmp_path)
+        assert a.acquire(req()).worker_id == 2
+        recs = a.records()
+        assert [(r.worker_id, r.holder, r.mine) for r in recs] == [
+            (0, "10.0.0.1:8080", False), (1, "10.0.0.2:8080", False), (2, "10.9.8.7:8080", True)]
+        assert recs[2].state == "reporting" and recs[0].state == "silent"
+        a.close()
+        assert parse_node_name("10.0.0.1:8080-0000000012") == ("10.0.0.1:8080", 12)
+        assert parse_node_name("garbage") is None
+
+    def test_sequence_beyond_layout_is_an_error(self, zk, ns, tmp_path):
+        """A sequence number above the layout's worker range fails, naming the node."""
+        base = f"/snowflake/{ns}/forever"
+        zk.ensure_path(base)
+        for ip in ("10.0.0.1", "10.0.0.2"):
+            zk.create(f"{base}/{ip}:8080-", b'{"ip":"x","port":"8080","timestamp":0}',
+                      sequence=True)
+        a = leaf(ns, tmp_path)
+        with pytest.raises(WorkerExhaustedError, match="0000000002.*0..1"):
+            a.acquire(req(max_worker_id=1))
+        a.close()
+
+    def test_reports_time_and_fires_renewed(self, zk, ns, tmp_path):
+        """report() writes now into the node and the cache and fires lease_renewed."""
+        clock, rec = ManualClock(), Recorder()
+        a = leaf(ns, tmp_path, clock=clock, events=Events(rec))
+        lease = a.acquire(req())
+        clock.advance(5)
+        assert a.report()
+        ts = json.loads(zk.get(a.node)[0])["timestamp"]
+        assert ts == clock.time_ns() // 1_000_000
+        assert json.loads(a.cache_path.read_text())["timestamp"] == ts
+        assert "flakekit_lease_renewed" in rec.names()
+        clock.step(-2)  # the clock goes back: Leaf skips the report, so do we
+        assert not a.report()
+        assert json.loads(zk.get(a.node)[0])["timestamp"] == ts
+        assert "flakekit_clock_moved_backwards" in rec.names()
+        a.release(lease, clock.time_ns())
+        a.close()
+
+    def test_reporter_thread_runs(self, zk, ns, tmp_path):
+        """The background report runs every report_interval (here 0.2 s)."""
+        a = leaf(ns, tmp_path, report_interval="0.2s")
+        lease = a.acquire(req())
+        first = json.loads(zk.get(a.node)[0])["timestamp"]
+        deadline = time.monotonic() + 10
+        while a.reports < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert a.reports >= 3
+        assert json.loads(zk.get(a.node)[0])["timestamp"] > first
+        a.release(lease, time.time_ns())
+        a.close()
+
+
+class TestClockCheck:
+    def test_clock_behind_znode_refuses(self, zk, ns, tmp_path):
+        """The node's timestamp is later than the clock: start-up fails (Leaf would start)."""
+        clock, rec = ManualClock(), Recorder()
+        a = leaf(ns, tmp_path, clock=clock)
+        a.release(a.acquire(req()), 0)
+        a.close()
+        clock.step(-30)
+        b = leaf(ns, tmp_path, clock=clock, events=Events(rec))
+        with pytest.raises(ClockBehindReportError, match="30000.000 ms behind"):
+            b.acquire(req())
+        assert rec.names() == ["flakekit_clock_moved_backwards"]
+        b.close()
+
+    def test_clock_behind_cache_refuses_even_if_znode_is_older(self, zk, ns, tmp_path):
+        """The cache's time counts too: a later cache timestamp than the clock refuses."""
+        clock = ManualClock()
+        a = leaf(ns, tmp_path, clock=clock)
+        lease = a.acquire(req())
+        clock.advance(10)
+        a._save(clock.time_ns() // 1_000_000, clean=False)  # cache ahead of the znode
+        a.close()
+        clock.step(-5)
+        b = leaf(ns, tmp_path, clock=clock)
+        with pytest.raises(ClockBehindReportError, match="cache file"):
+            b.acquire(req())
+        b.close()
+        assert lease.worker_id == 0
+
+    def test_generator_never_stamps_below_last_report(self, ns, tmp_path):
+        """A clean release records the high-water mark; the next start waits past it."""
+        g = generator(ns, mode="leaf", cache_dir=str(tmp_path), connect_timeout="1s")
+        with g:
+            first = g.next_id()
+            until = g.issued_until_ns()
+        g2 = generator(ns, mode="leaf", cache_dir=str(tmp_path), connect_timeout="1s")
+        with g2:
+            assert g2.lease.not_before_ns >= (until // 1_000_000) * 1_000_000
+            assert g2.worker_id == 0
+            assert g2.next_id() > first
+
+
+class TestCache:
+    def test_zookeeper_down_starts_from_cache(self, ns, tmp_path):
+        """With ZooKeeper unreachable at start-up, the own cache file gives the worker id."""
+        rec = Recorder()
+        a = leaf(ns, tmp_path)
+        lease = a.acquire(req())
+        a.release(lease, time.time_ns())
+        a.close()
+        b = leaf(ns, tmp_path, hosts=DOWN, events=Events(rec))
+        t0 = time.monotonic()
+        lease2 = b.acquire(req())
+        assert lease2.worker_id == lease.worker_id and b.source == "cache"
+        assert time.monotonic() - t0 < 5
+        assert "flakekit_alert" in rec.names()
+        b.release(lease2, time.time_ns())
+        b.close()
+
+    def test_zookeeper_down_and_cache_ahead_of_clock_refuses(self, ns, tmp_path):
+        """Cache timestamp later than the clock, ZooKeeper down: refuse (Leaf starts)."""
+        clock = ManualClock()
+        a = leaf(ns, tmp_path, clock=clock)
+        a.release(a.acquire(req()), clock.time_ns())
+        a.close()
+        clock.step(-60)
+        b = leaf(ns, tmp_path, clock=clock, hosts=DOWN)
+        with pytest.raises(ClockBehindReportError, match="cache file"):
+            b.acquire(req())
+        b.close()
+
+    def test_zookeeper_down_without_cache_fails_clearly(self, ns, tmp_path):
+        """No cache and no ZooKeeper: a BackendError that says both."""
+        b = leaf(ns, tmp_path, hosts=DOWN)
+        with pytest.raises(BackendError, match="did not answer.*no cache file"):
+            b.acquire(req())
+        b.close()
+
+    def test_cloned_cache_file_is_ignored(self, ns, tmp_path):
+        """A cache file copied from another ip:port (a cloned image) is not used."""
+        a = leaf(ns, tmp_path, ip="10.0.0.5")
+        a.release(a.acquire(req()), time.time_ns())
+        a.close()
+        b = leaf(ns, tmp_path, hosts=DOWN, ip="10.0.0.6")
+        b.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(a.cache_path, b.cache_path)
+        with pytest.raises(BackendError, match="another identity"):
+            b.acquire(req())
+        b.close()
+
+    def test_back_online_resumes_reporting(self, zk, zk_hosts, ns, tmp_path):
+        """Started from the cache, the reporter finds its znode once ZooKeeper answers."""
+        a = leaf(ns, tmp_path)
+        a.release(a.acquire(req()), time.time_ns())
+        a.close()
+        b = leaf(ns, tmp_path, hosts=DOWN)
+        lease = b.acquire(req())
+        assert b.source == "cache"
+        b.hosts = zk_hosts  # "ZooKeeper comes back"
+        assert b.report()
+        assert b.source == "zookeeper" and b.node == a.node
+        b.release(lease, time.time_ns())
+        b.close()
+
+    def test_whole_generator_with_tiny_layout(self, ns, tmp_path):
+        """The leaf allocator drives a SnowflakeGenerator end to end."""
+        g = generator(ns, tiny_layout(), mode="leaf", cache_dir=str(tmp_path),
+                      connect_timeout="1s")
+        with g:
+            ids = {g.next_id() for _ in range(1000)}
+            assert len(ids) == 1000

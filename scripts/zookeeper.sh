@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# ZooKeeper on 127.0.0.1 for development and CI (see docs/choosing-allocators.md and
+# plugins/flakekit-zookeeper/README.md).
+#
+#   zookeeper.sh start            install Debian's zookeeper if missing; start a standalone
+#                                 server (port 2181, or a free one) with a temporary data dir
+#   zookeeper.sh ensemble-start   start a 3-node ensemble on loopback (client ports 12181-12183,
+#                                 or free ones)
+#   zookeeper.sh ensemble-stop    stop the ensemble
+#   zookeeper.sh stop             stop everything this script started
+#   zookeeper.sh status           print the env file
+#
+# Everything lives under ${FLAKEKIT_SVC_DIR:-/tmp/flakekit-svc}; its file `env` holds
+# ZK_HOSTS=127.0.0.1:PORT and ZK_ENSEMBLE_HOSTS=... (empty unless the ensemble runs).
+set -euo pipefail
+
+SVC=${FLAKEKIT_SVC_DIR:-/tmp/flakekit-svc}
+ZK_JAR=/usr/share/java/zookeeper.jar
+ENV_FILE="$SVC/env"
+
+log() { echo "zookeeper.sh: $*" >&2; }
+
+# ---- helpers ------------------------------------------------------------------------------
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+zk4() {  # four-letter word without nc
+  timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf %s "$2" >&3 && cat <&3' _ "$1" "$2" 2>/dev/null || true
+}
+
+free_port() {  # first port from $1 up that nobody listens on
+  local p=$1
+  while listening "$p"; do p=$((p + 1)); done
+  echo "$p"
+}
+
+alive() {  # a pid that exists and is not a zombie
+  local pid=$1 state
+  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
+  state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$pid/stat" 2>/dev/null) || return 1
+  [ "$state" != Z ] && [ "$state" != X ]
+}
+
+install_zookeeper() {
+  [ -f "$ZK_JAR" ] && command -v java >/dev/null && return 0
+  log "installing Debian's zookeeper package"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends zookeeper >/dev/null
+  [ -f "$ZK_JAR" ] || { log "the zookeeper package did not install $ZK_JAR"; exit 1; }
+}
+
+write_cfg() {  # dir client_port [server lines...]
+  local dir=$1 port=$2; shift 2
+  rm -rf "$dir/data"; mkdir -p "$dir/data"
+  cat > "$dir/zoo.cfg" <<CFG
+tickTime=500
+initLimit=10
+syncLimit=5
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat,mntr,conf,cons,wchs,dump,envi
+minSessionTimeout=1000
+maxSessionTimeout=60000
+forceSync=no
+CFG
+  local line
+  for line in "$@"; do echo "$line" >> "$dir/zoo.cfg"; done
+  cat > "$dir/log4j.properties" <<'LOG'
+log4j.rootLogger=INFO,CONSOLE
+log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender
+log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout
+log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n
+LOG
+}
+
+launch() {  # dir: start the server of dir/zoo.cfg, pid in dir/zk.pid
+  local dir=$1
+  # nohup on its own line, so $! is the java process (backends.md gotcha)
+  nohup java -Xms32m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.net.preferIPv4Stack=true \
+    -Dlog4j.configuration="file:$dir/log4j.properties" \
+    -cp "$ZK_JAR:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar" \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" > "$dir/zk.log" 2>&1 < /dev/null &
+  echo $! > "$dir/zk.pid"
+}
+
+wait_ready() {  # port pidfile: ruok=imok and srvr reports a Mode
+  local port=$1 pidfile=$2 i
+  for i in $(seq 300); do
+    if [ "$(zk4 "$port" ruok)" = imok ] && zk4 "$port" srvr | grep -q '^Mode: '; then
+      return 0
+    fi
+    alive "$(cat "$pidfile" 2>/dev/null)" || { log "server on port $port died; see ${pidfile%/*}/zk.log"; tail -n 20 "${pidfile%/*}/zk.log" >&2; return 1; }
+    sleep 0.1
+  done
+  log "server on port $port not ready after 30 s; see ${pidfile%/*}/zk.log"
+  return 1
+}
+
+stop_pidfile() {  # pidfile
+  local pidfile=$1 pid i
+  [ -f "$pidfile" ] || return 0
+  pid=$(cat "$pidfile")
+  if alive "$pid"; then
+    kill -CONT "$pid" 2>/dev/null || true   # a SIGSTOPped server cannot handle TERM
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+    alive "$pid" && kill -9 "$pid" 2>/dev/null || true
+    for i in $(seq 20); do alive "$pid" || break; sleep 0.1; done
+  fi
+  rm -f "$pidfile"
+}
+
+env_get() {  # name: value from the env file
+  [ -f "$ENV_FILE" ] || return 0
+  sed -n "s/^$1=//p" "$ENV_FILE" | tail -n1
+}
+
+write_env() {  # standalone_hosts ensemble_hosts
+  mkdir -p "$SVC"
+  printf 'ZK_HOSTS=%s\nZK_ENSEMBLE_HOSTS=%s\n' "$1" "$2" > "$ENV_FILE.tmp"
+  mv "$ENV_FILE.tmp" "$ENV_FILE"
+}
+
+# ---- commands -----------------------------------------------------------------------------
+cmd_start() {
+  local dir="$SVC/zk" port
+  mkdir -p "$SVC"
+  if [ -f "$dir/zk.pid" ] && alive "$(cat "$dir/zk.pid")"; then
+    port=$(sed -n 's/^clientPort=//p' "$dir/zoo.cfg")
+    if wait_ready "$port" "$dir/zk.pid"; then
+      log "already running on 127.0.0.1:$port"
+      write_env "127.0.0.1:$port" "$(env_get ZK_ENSEMBLE_HOSTS)"
+      return 0
+    fi
+    stop_pidfile "$dir/zk.pid"
+  fi
+  install_zookeeper
+  port=$(free_port 2181)
+  write_cfg "$dir" "$port"
+  launch "$dir"
+  wait_ready "$port" "$dir/zk.pid"
+  write_env "127.0.0.1:$port" "$(env_get ZK_ENSEMBLE_HOSTS)"
+  log "standalone server ready on 127.0.0.1:$port (data in $dir/data)"
+}
+
+cmd_ensemble_start() {
+  local base="$SVC/zk-ensemble" n ports=() quorum=() election=() lines=() hosts=""
+  mkdir -p "$base"
+  install_zookeeper
+  cmd_ensemble_stop quiet
+  # client ports from 12181, quorum/election ports from 12881; each one free and distinct
+  local next=12181
+  for n in 1 2 3; do ports[n]=$(free_port "$next"); next=$((ports[n] + 1)); done
+  next=12881
+  for n in 1 2 3; do
+    quorum[n]=$(free_port "$next"); next=$((quorum[n] + 1))
+    election[n]=$(free_port "$next"); next=$((election[n] + 1))
+  done
+  for n in 1 2 3; do
+    lines+=("server.$n=127.0.0.1:${quorum[n]}:${election[n]}")
+  done
+  for n in 1 2 3; do
+    write_cfg "$base/n$n" "${ports[n]}" "${lines[@]}"
+    echo "$n" > "$base/n$n/data/myid"
+  done
+  for n in 1 2 3; do launch "$base/n$n"; done
+  for n in 1 2 3; do
+    wait_ready "${ports[n]}" "$base/n$n/zk.pid"
+    hosts+="${hosts:+,}127.0.0.1:${ports[n]}"
+  done
+  write_env "$(env_get ZK_HOSTS)" "$hosts"
+  log "3-node ensemble ready on $hosts"
+}
+
+cmd_ensemble_stop() {
+  local base="$SVC/zk-ensemble" n
+  for n in 1 2 3; do stop_pidfile "$base/n$n/zk.pid" & done
+  wait
+  rm -rf "$base"
+  if [ -f "$ENV_FILE" ]; then write_env "$(env_get ZK_HOSTS)" ""; fi
+  [ "${1:-}" = quiet ] || log "ensemble stopped"
+}
+
+cmd_stop() {
+  stop_pidfile "$SVC/zk/zk.pid" &
+  cmd_ensemble_stop quiet
+  wait
+  rm -rf "$SVC/zk"
+  rm -f "$ENV_FILE"
+  log "stopped"
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  ensemble-start) cmd_ensemble_start ;;
+  ensemble-stop) cmd_ensemble_stop ;;
+  status) cat "$ENV_FILE" 2>/dev/null || log "not running" ;;
+  *) echo "usage: $0 start|stop|ensemble-start|ensemble-stop|status" >&2; exit 2 ;;
+esac
