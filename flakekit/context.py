@@ -28,6 +28,7 @@ class BuildContext:
         plugins: the plugin host (registries of layouts, clocks, allocators, stores).
         host: this process's host identity.
         port: this process's port identity (0 when it serves none).
+        instance: which of several cooperating processes on this host:port (0, 1, ...).
     """
 
     generator: str
@@ -39,3 +40,4 @@ class BuildContext:
     plugins: PluginHost
     host: str = ""
     port: int = 0
+    instance: int = 0

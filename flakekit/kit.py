@@ -28,7 +28,7 @@ from flakekit.settings import build_settings, check_keys
 from flakekit.snowflake import SnowflakeGenerator
 from flakekit.timeunits import parse_duration_ns
 
-__all__ = ["Generator", "Kit", "build_kit", "default_identity"]
+__all__ = ["Generator", "Identity", "Kit", "build_kit", "default_identity"]
 
 ON_LEASE_LOST = ("stop", "exit", "restart")
 SNOWFLAKE_KEYS = {"layout", "clock", "allocator", "nodes", "on_lease_lost",
@@ -47,16 +47,28 @@ class Generator(Protocol):
     def stats(self) -> dict[str, Any]: ...
 
 
-def default_identity() -> tuple[str, int]:
-    """This process's (host, port) for allocators: ``FLAKEKIT_HOST`` / ``FLAKEKIT_PORT``,
-    else the host name and port 0."""
+@attrs.frozen
+class Identity:
+    """Who this process is, for allocators: host, port and instance (which of several
+    processes sharing a host:port, e.g. a server's workers)."""
+
+    host: str
+    port: int = 0
+    instance: int = 0
+
+
+def default_identity() -> Identity:
+    """``FLAKEKIT_HOST`` / ``FLAKEKIT_PORT`` / ``FLAKEKIT_INSTANCE``, else the host name,
+    port 0 and instance 0."""
     host = os.environ.get("FLAKEKIT_HOST") or socket.gethostname()
-    raw = os.environ.get("FLAKEKIT_PORT", "0")
-    try:
-        port = int(raw)
-    except ValueError:
-        raise ConfigError("FLAKEKIT_PORT", f"{raw!r} is not a port number") from None
-    return host, port
+    numbers = []
+    for var in ("FLAKEKIT_PORT", "FLAKEKIT_INSTANCE"):
+        raw = os.environ.get(var, "0")
+        try:
+            numbers.append(int(raw))
+        except ValueError:
+            raise ConfigError(var, f"{raw!r} is not a whole number") from None
+    return Identity(host, *numbers)
 
 
 def resolve_layout(config: Config, host: PluginHost, name: Any, path: str) -> BitLayout:
@@ -100,7 +112,7 @@ def build_clock(host: PluginHost, table: Any, path: str) -> Clock:
 
 def build_snowflake(
     spec: GeneratorSpec, config: Config, host: PluginHost, pool: BackendPool,
-    identity: tuple[str, int],
+    identity: Identity,
 ) -> SnowflakeGenerator:
     table, path = spec.table, spec.path
     check_keys(table, SNOWFLAKE_KEYS, path)
@@ -113,7 +125,8 @@ def build_snowflake(
             alloc_path, "is required: e.g. allocator = {type = \"sql\", backend = \"main\"} "
             "or allocator = {type = \"static\", worker_id = 1}"
         )
-    ctx = BuildContext(spec.name, alloc_path, layout, clock, events, pool, host, *identity)
+    ctx = BuildContext(spec.name, alloc_path, layout, clock, events, pool, host,
+                       identity.host, identity.port, identity.instance)
     allocator = build_plugin(host.allocators, table["allocator"], alloc_path, ctx)
     # an allocator may prefer another default (ZooKeeper lease mode re-acquires)
     on_lost = table.get("on_lease_lost", getattr(allocator, "default_on_lease_lost", "stop"))
@@ -132,7 +145,8 @@ def build_snowflake(
     try:
         return SnowflakeGenerator(
             layout, clock, allocator, name=spec.name, events=events, on_lease_lost=on_lost,
-            host=identity[0], port=identity[1], nodes=nodes, max_start_wait_s=wait_s,
+            host=identity.host, port=identity.port, instance=identity.instance, nodes=nodes,
+            max_start_wait_s=wait_s,
         )
     except LayoutError as exc:
         field = f"nodes.{exc.field}" if exc.field in nodes else exc.field
@@ -141,13 +155,13 @@ def build_snowflake(
 
 def build_segment(
     spec: GeneratorSpec, config: Config, host: PluginHost, pool: BackendPool,
-    identity: tuple[str, int],
+    identity: Identity,
 ) -> Generator:
     from flakekit.clock import MonotonicClock
     from flakekit.segment import build_segment_generator
 
     ctx = BuildContext(spec.name, spec.path, None, MonotonicClock(), host.events(), pool, host,
-                       *identity)
+                       identity.host, identity.port, identity.instance)
     return build_segment_generator(spec.name, dict(spec.table), spec.path, ctx)
 
 
@@ -228,8 +242,14 @@ def _close_open_kits() -> None:
             pass
 
 
-def build_kit(config: Config, host: PluginHost, identity: tuple[str, int] | None = None) -> Kit:
-    """Build (but do not start) every generator of ``config``."""
+def build_kit(
+    config: Config, host: PluginHost, identity: Identity | tuple[Any, ...] | None = None
+) -> Kit:
+    """Build (but do not start) every generator of ``config``.
+
+    ``identity`` defaults to :func:`default_identity`; a ``(host, port[, instance])``
+    tuple is accepted too.
+    """
     for name in config.layouts:
         if name in host.layouts:
             reg = host.layouts.get(name)
@@ -237,7 +257,10 @@ def build_kit(config: Config, host: PluginHost, identity: tuple[str, int] | None
                 f"layouts.{name}", f"a layout named {name!r} is already registered by plugin "
                 f"{reg.plugin!r}; give yours another name"
             )
-    identity = identity or default_identity()
+    if identity is None:
+        identity = default_identity()
+    elif not isinstance(identity, Identity):
+        identity = Identity(*identity)
     pool = config.pool()
     generators = {
         name: BUILDERS[spec.strategy](spec, config, host, pool, identity)

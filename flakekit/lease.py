@@ -25,12 +25,15 @@ class LeaseRequest:
         max_worker_id: the largest worker id the layout can hold.
         host: this process's host identity (name or address).
         port: this process's port identity (0 when it serves none).
+        instance: which of several cooperating processes sharing this host:port
+            (a server's worker processes: 0, 1, ...); each needs its own worker id.
     """
 
     generator: str
     max_worker_id: int
     host: str
     port: int = 0
+    instance: int = 0
 
 
 @attrs.frozen

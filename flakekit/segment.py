@@ -171,13 +171,13 @@ class SegmentSettings:
     max_step: int = attrs.field(
         default=1_000_000, validator=[attrs.validators.instance_of(int), _positive]
     )
-    grow_below: int = attrs.field(default="15min", converter=_duration)
-    shrink_after: int = attrs.field(default="30min", converter=_duration)
-    wait_budget: int = attrs.field(default="1s", converter=_duration)
+    grow_below: int = attrs.field(default="15min", converter=_duration)  # type: ignore[assignment]  # converted
+    shrink_after: int = attrs.field(default="30min", converter=_duration)  # type: ignore[assignment]  # converted
+    wait_budget: int = attrs.field(default="1s", converter=_duration)  # type: ignore[assignment]  # converted
     give_back: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     preload: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    retry_min: int = attrs.field(default="50ms", converter=_duration)
-    retry_max: int = attrs.field(default="2s", converter=_duration)
+    retry_min: int = attrs.field(default="50ms", converter=_duration)  # type: ignore[assignment]  # converted
+    retry_max: int = attrs.field(default="2s", converter=_duration)  # type: ignore[assignment]  # converted
 
     def __attrs_post_init__(self) -> None:
         if self.key is not None and not 0 < len(self.key) <= 128:

@@ -27,6 +27,12 @@ def check_keys(table: Mapping[str, Any], known: set[str] | list[str], path: str)
             )
 
 
+@typing.overload
+def build_settings(cls: type[T], table: Mapping[str, Any], path: str) -> T: ...
+@typing.overload
+def build_settings(cls: None, table: Mapping[str, Any], path: str) -> None: ...
+
+
 def build_settings(cls: type[T] | None, table: Mapping[str, Any], path: str) -> T | None:
     """``cls(**table)`` with each problem reported as ``path.field: what to do``."""
     if cls is None:

@@ -85,7 +85,8 @@ class SnowflakeGenerator:
         name: the generator's name (config key), for messages and hooks.
         events: where lease and clock events go.
         on_lease_lost: ``"stop"`` (raise from then on) or ``"exit"`` (end the process).
-        host, port: this process's identity for the allocator.
+        host, port, instance: this process's identity for the allocator (instance: which
+            of several cooperating processes on one host:port).
         nodes: values of node fields other than the worker field (e.g. ``{"region": 1}``).
         max_start_wait_s: how long start() may wait for the clock to pass the previous
             holder's last issued time before it raises :class:`WaitTooLongError`.
@@ -94,7 +95,7 @@ class SnowflakeGenerator:
     def __init__(
         self, layout: BitLayout, clock: Clock, allocator: WorkerAllocator, *,
         name: str = "default", events: Events = NO_EVENTS, on_lease_lost: str = "stop",
-        host: str = "", port: int = 0, nodes: dict[str, int] | None = None,
+        host: str = "", port: int = 0, instance: int = 0, nodes: dict[str, int] | None = None,
         max_start_wait_s: float = 10.0,
     ) -> None:
         if layout.worker_field is None:
@@ -114,7 +115,7 @@ class SnowflakeGenerator:
         self.max_start_wait_ns = int(max_start_wait_s * 1e9)
         self.keeper = LeaseKeeper(
             allocator,
-            LeaseRequest(name, layout.max_value(layout.worker_field), host, port),
+            LeaseRequest(name, layout.max_value(layout.worker_field), host, port, instance),
             clock, events, on_lease_lost,
         )
         # free-threaded CPython: the hot path takes the (re-entrant) lock too

@@ -114,3 +114,16 @@ def test_password_never_printed(host):
         kit.pool.engine("b", "generators.g.allocator.backend")
     except Exception as exc:  # noqa: BLE001 - whatever it is, no password in it
         assert "hunter2" not in str(exc)
+
+
+def test_identity_from_environment(monkeypatch, host):
+    """FLAKEKIT_HOST/PORT/INSTANCE reach the allocator's lease request; junk is refused."""
+    monkeypatch.setenv("FLAKEKIT_HOST", "10.1.2.3")
+    monkeypatch.setenv("FLAKEKIT_PORT", "8080")
+    monkeypatch.setenv("FLAKEKIT_INSTANCE", "2")
+    config = parse_config({"generators": {"g": {"allocator": {"type": "static", "worker_id": 1}}}})
+    request = build_kit(config, host).get("g").keeper.request
+    assert (request.host, request.port, request.instance) == ("10.1.2.3", 8080, 2)
+    monkeypatch.setenv("FLAKEKIT_INSTANCE", "two")
+    with pytest.raises(ConfigError, match="FLAKEKIT_INSTANCE: 'two' is not a whole number"):
+        build_kit(config, host)

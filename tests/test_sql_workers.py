@@ -158,6 +158,21 @@ class TestAcquire:
         assert a.worker_id != b.worker_id
         assert row(engine, b.worker_id)["slot"] == 1
 
+    def test_sibling_instances_take_their_own_slots_quietly(self, db_url, engines, caplog):
+        """A server's worker processes share host:port: instance N takes slot N without
+        the clone warning, and gets its own row back after a clean restart."""
+        engine = engines(db_url)
+        sibling = LeaseRequest("orders", 1023, "", 0, instance=2)
+        first = make(engine).acquire(req())
+        alloc = make(engine)
+        with caplog.at_level("WARNING", logger="flakekit.sql.workers"):
+            second = alloc.acquire(sibling)
+        assert first.worker_id != second.worker_id
+        assert row(engine, second.worker_id)["slot"] == 2
+        assert not [r for r in caplog.records if "clone" in r.getMessage()]
+        alloc.release(second, 0)
+        assert make(engine).acquire(sibling).worker_id == second.worker_id
+
     def test_kill9_then_restart(self, db_url, engines):
         """A crashed holder's row (never released) is not reused until its lease lapsed."""
         engine = engines(db_url)

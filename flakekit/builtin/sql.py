@@ -85,16 +85,16 @@ class SqlAllocatorSettings:
 
     backend: str = attrs.field(default="default", validator=instance_of(str))
     service: str | None = attrs.field(
-        default=None, validator=optional([instance_of(str), attrs.validators.min_len(1),
+        default=None, validator=optional([instance_of(str), attrs.validators.min_len(1),  # type: ignore[arg-type]
                                           attrs.validators.max_len(64)]))
     host: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     port: int | None = attrs.field(default=None, converter=_port)
-    heartbeat: int = attrs.field(default="10s", converter=_duration)
+    heartbeat: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
     reclaim_after: tuple[int, ...] = attrs.field(
         default=("7d", "1d", "1h"), converter=_tiers)
-    safety_window: int = attrs.field(default="5s", converter=parse_duration_ns)
+    safety_window: int = attrs.field(default="5s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
     create_schema: bool | None = attrs.field(default=None, validator=optional(instance_of(bool)))
-    max_start_wait: int = attrs.field(default="10s", converter=parse_duration_ns)
+    max_start_wait: int = attrs.field(default="10s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
 
     def __attrs_post_init__(self) -> None:
         shortest = min(self.reclaim_after)

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-from sqlalchemy import and_, func, literal, literal_column, or_, select, text, update
+from sqlalchemy import and_, case, func, literal, literal_column, or_, select, text, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
@@ -274,7 +274,8 @@ class SqlWorkerAllocator:
             send_mono = self.clock.monotonic_ns()
             try:
                 with self.engine.begin() as conn:
-                    row, how = self._acquire_in(conn, request.max_worker_id, port, token)
+                    row, how = self._acquire_in(conn, request.max_worker_id, port, token,
+                                                request.instance)
                     self._check_wait(row, how)
                     allocated = conn.execute(
                         select(func.count()).select_from(system_nodes).where(
@@ -320,7 +321,7 @@ class SqlWorkerAllocator:
             )
 
     def _acquire_in(
-        self, conn: Connection, max_id: int, port: int, token: str
+        self, conn: Connection, max_id: int, port: int, token: str, instance: int = 0
     ) -> tuple[tuple[int, int, int], str]:
         """The body of the acquire transaction: ((id, version, issued_until), how)."""
         dialect = _dialect(conn)
@@ -336,7 +337,7 @@ class SqlWorkerAllocator:
         now = db_now(dialect)
         lapsed = db_now_minus(dialect, self.min_tier_ns)
         mine = and_(_t.service == self.service, _t.host == self._ip, _t.port == port)
-        take = dict(holder=token, version=_t.version + 1, last_seen=now,
+        take: dict[str, Any] = dict(holder=token, version=_t.version + 1, last_seen=now,
                     host_name=self._host_name)
 
         # 1. reuse this host:port's row, if no live lease holds it
@@ -344,15 +345,17 @@ class SqlWorkerAllocator:
             select(_t.machine_id, _t.version, _t.issued_until)
             .where(mine, _t.machine_id <= max_id,
                    or_(_t.holder.is_(None), _t.last_seen < lapsed))
-            .order_by(_t.slot, _t.machine_id).limit(1)
+            # an instance gets its own row back first (a server's worker process N)
+            .order_by(case((_t.slot == instance, 0), else_=1), _t.slot, _t.machine_id).limit(1)
             .with_for_update(skip_locked=True)
         ).first()
         if row is not None:
             return self._take(conn, row, take), "reused"
 
         slots = set(conn.execute(select(_t.slot).where(mine)).scalars())
-        slot = next(i for i in range(len(slots) + 1) if i not in slots)
-        if slot:
+        slot = instance if instance not in slots else next(
+            i for i in range(len(slots) + 1) if i not in slots)
+        if slot and not instance:  # siblings (instance > 0) are expected to share host:port
             log.warning(
                 "%s: %s already holds a live worker lease (another process with the same "
                 "host:port: a clone or a second instance?); taking a separate id",
@@ -426,7 +429,7 @@ class SqlWorkerAllocator:
         if dialect == "postgresql":
             series = func.generate_series(0, max_id).table_valued("machine_id").render_derived()
             m = series.c.machine_id
-        elif dialect == "mysql" and conn.dialect.is_mariadb:
+        elif dialect == "mysql" and getattr(conn.dialect, "is_mariadb", False):
             # MariaDB's sequence engine stands in for generate_series
             return conn.execute(text(
                 f"SELECT m.seq FROM seq_0_to_{int(max_id)} AS m "

@@ -104,13 +104,16 @@ def new_loop(kind: str) -> tuple[asyncio.AbstractEventLoop, str]:
     return asyncio.new_event_loop(), "asyncio"
 
 
-def _identity(port: int) -> tuple[str, int]:
+def _identity(port: int, process: int) -> Any:
     """This process's identity for allocators: $FLAKEKIT_HOST / $FLAKEKIT_PORT, else the
-    host name and the listening port."""
+    host name and the listening port; the worker process index is the instance, so
+    allocators know the processes sharing the port are siblings, each with its own id."""
+    import attrs
+
     from flakekit.kit import default_identity
 
-    host, env_port = default_identity()
-    return host, env_port or port
+    me = default_identity()
+    return attrs.evolve(me, port=me.port or port, instance=process)
 
 
 def run_worker(
@@ -126,7 +129,7 @@ def run_worker(
     sys.setswitchinterval(0.001)
     loop, loop_name = new_loop(options.loop)
     asyncio.set_event_loop(loop)
-    kit = build_kit(config, get_host(), identity=_identity(sock.getsockname()[1]))
+    kit = build_kit(config, get_host(), identity=_identity(sock.getsockname()[1], process))
     try:
         kit.start()
         service = IdService(kit, options, process=process, run_dir=run_dir,

@@ -176,12 +176,16 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None, ctx: BuildCont
 
         ip = s.ip or resolve_ip(ctx.host)
         port = s.port if s.port is not None else ctx.port
+        instance = getattr(ctx, "instance", 0)
+        suffix = f".{instance}" if instance else ""
         cache = Path(s.cache_file) if s.cache_file else (
             (Path(s.cache_dir) if s.cache_dir else default_cache_dir())
-            / name / f"{ip}_{port}.json")
+            / name / f"{ip}_{port}{suffix}.json")
+        if s.cache_file and instance:
+            cache = cache.with_name(f"{cache.stem}{suffix}{cache.suffix}")
         return LeafAllocator(settings=s, hosts=hosts, name=name, root=root, ip=ip, port=port,
-                             cache_path=cache, clock=ctx.clock, events=ctx.events,
-                             generator=ctx.generator, path=ctx.path)
+                             instance=instance, cache_path=cache, clock=ctx.clock,
+                             events=ctx.events, generator=ctx.generator, path=ctx.path)
     from flakekit_zookeeper.lease import LeaseAllocator
 
     return LeaseAllocator(settings=s, hosts=hosts, name=name, root=root, clock=ctx.clock,

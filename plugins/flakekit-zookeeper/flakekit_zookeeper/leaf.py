@@ -84,6 +84,8 @@ class LeafAllocator:
     events: Events
     generator: str = "default"
     path: str = "allocator"
+    #: which of several processes sharing ip:port (a server's workers); 0 for most
+    instance: int = 0
     #: where the current lease came from: "zookeeper" or "cache"
     source: str | None = None
     node: str | None = None
@@ -105,7 +107,9 @@ class LeafAllocator:
 
     @property
     def key(self) -> str:
-        return f"{self.ip}:{self.port}"
+        """Leaf's ``ip:port``; sibling processes on one port (instance N > 0) get
+        ``ip:port.N`` so they never share a sequence node (Leaf itself runs one per port)."""
+        return f"{self.ip}:{self.port}" + (f".{self.instance}" if self.instance else "")
 
     @property
     def forever(self) -> str:
@@ -113,7 +117,7 @@ class LeafAllocator:
 
     def identity(self) -> dict[str, Any]:
         return {"name": self.name, "root": self.root, "ip": self.ip, "port": self.port,
-                **machine_identity()}
+                "instance": self.instance, **machine_identity()}
 
     def now_ms(self) -> int:
         return self.clock.time_ns() // 1_000_000

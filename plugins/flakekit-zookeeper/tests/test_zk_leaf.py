@@ -62,6 +62,20 @@ allocator = {{ type = "zookeeper", hosts = "{zk_hosts}", mode = "leaf", cache_di
 
 
 class TestLeafZnodes:
+    def test_sibling_processes_on_one_port_get_their_own_nodes(self, zk, ns, tmp_path):
+        """A server's worker processes share ip:port; instance N > 0 gets its own node
+        (ip:port.N) and cache file, so two live processes never share a worker id."""
+        first, second = leaf(ns, tmp_path), leaf(ns, tmp_path, instance=1)
+        ids = {first.acquire(req()).worker_id, second.acquire(req()).worker_id}
+        assert ids == {0, 1}
+        assert sorted(zk.get_children(f"/snowflake/{ns}/forever")) == [
+            "10.9.8.7:8080-0000000000", "10.9.8.7:8080.1-0000000001"]
+        assert first.cache_path != second.cache_path
+        again = leaf(ns, tmp_path, instance=1)
+        assert again.acquire(req()).worker_id == 1   # instance 1 keeps its id across restarts
+        for a in (first, second, again):
+            a.close()
+
     def test_creates_leaf_node_and_reuses_it_on_restart(self, zk, ns, tmp_path):
         """A new ip:port gets a sequential node with Leaf's JSON; a restart gets the same id."""
         a = leaf(ns, tmp_path)

@@ -46,9 +46,10 @@ class Recorder:
 
 
 def allocator(name: str, *, clock: Any = None, events: Events | None = None,
-              host: str = "10.9.8.7", port: int = 8080, **settings: Any) -> Any:
+              host: str = "10.9.8.7", port: int = 8080, instance: int = 0,
+              **settings: Any) -> Any:
     ctx = BuildContext(name, "generators.t.allocator", None, clock or MonotonicClock(),
-                       events or Events(), None, None, host, port)  # type: ignore[arg-type]
+                       events or Events(), None, None, host, port, instance)  # type: ignore[arg-type]
     return build_zookeeper_allocator(ZooKeeperSettings(**settings), ctx)
 
 
