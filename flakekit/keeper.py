@@ -66,33 +66,45 @@ class LeaseKeeper:
     _stop: threading.Event = attrs.Factory(threading.Event)
     _closed: threading.Event = attrs.Factory(threading.Event)
     _losing: threading.Lock = attrs.Factory(threading.Lock)
+    _life: threading.RLock = attrs.Factory(threading.RLock)
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self, target: LeaseTarget) -> WorkerLease:
         """Acquire a lease, bind the target to it and start renewing."""
         self._closed.clear()
-        return self._acquire(target)
-
-    def _acquire(self, target: LeaseTarget) -> WorkerLease:
-        self._target = target
-        self.lease = lease = self.allocator.acquire(self.request)
-        self.lost = None
-        target.bind(lease)
-        self.events.lease_acquired(self.request.generator, lease)
-        self._watch(self._pushed)
-        interval = self.allocator.renew_interval
-        if interval is not None and lease.deadline_ns is not None:
-            self._stop = stop = threading.Event()  # each renew thread has its own
-            self._thread = threading.Thread(
-                target=self._run, args=(interval, stop), daemon=True,
-                name=f"flakekit-lease-{self.request.generator}",
-            )
-            self._thread.start()
+        lease = self._acquire(target)
+        assert lease is not None
         return lease
+
+    def _acquire(self, target: LeaseTarget) -> WorkerLease | None:
+        """Acquire and bind; None if the keeper was closed meanwhile (a re-acquire)."""
+        with self._life:  # never interleaved with close()
+            if self._closed.is_set():
+                return None
+            self._target = target
+            self.lease = lease = self.allocator.acquire(self.request)
+            self.lost = None
+            target.bind(lease)
+            self.events.lease_acquired(self.request.generator, lease)
+            self._watch(self._pushed)
+            interval = self.allocator.renew_interval
+            if interval is not None and lease.deadline_ns is not None:
+                self._stop = stop = threading.Event()  # each renew thread has its own
+                thread = threading.Thread(
+                    target=self._run, args=(interval, stop), daemon=True,
+                    name=f"flakekit-lease-{self.request.generator}",
+                )
+                thread.start()
+                self._thread = thread
+            return lease
 
     def close(self, *, release: bool = True) -> None:
         """Stop renewing and (by default) give the worker id back."""
         self._closed.set()
+        with self._life:
+            self._close(release)
+
+    def _close(self, release: bool) -> None:
         self._watch(None)
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -183,7 +195,7 @@ class LeaseKeeper:
         delay = 0.1
         while not self._closed.is_set() and self._target is not None:
             try:
-                self._acquire(self._target)
+                self._acquire(self._target)  # returns at once if closed meanwhile
                 return
             except Exception as exc:
                 log.warning("%s: re-acquiring a worker lease failed (%s); retrying in %.1f s",

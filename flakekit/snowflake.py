@@ -48,19 +48,26 @@ _GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 class _Tick:
-    """The IDs of one tick: a counter of finished IDs and the last ID it may yield."""
+    """The IDs of one tick: a counter of finished IDs and the last ID it may yield.
 
-    __slots__ = ("base", "draw", "limit", "tick")
+    ``limit`` is what draws are checked against: the tick's last ID (``top``) while the
+    counter is open, -1 once it is closed.
+    """
 
-    def __init__(self, tick: int, base: int, start: int, limit: int, step: int) -> None:
-        self.tick = tick
-        self.base = base
-        self.limit = limit
+    __slots__ = ("base", "draw", "limit", "start", "step", "tick", "top")
+
+    def __init__(self, tick: int, base: int, start: int, top: int, step: int) -> None:
+        self.tick, self.base, self.start, self.top, self.step = tick, base, start, top, step
+        self.limit = top
         self.draw = itertools.count(start, step).__next__
 
     def peek(self) -> int:
         """The value the next draw would yield (without drawing)."""
         return self.draw.__self__.__reduce__()[1][0]  # type: ignore[attr-defined]
+
+    def drawn(self) -> int:
+        """How many values were drawn within the tick (issued, or lost to a race)."""
+        return max(0, (min(self.peek(), self.top + self.step) - self.start) // self.step)
 
 
 _ALL: weakref.WeakSet[SnowflakeGenerator] = weakref.WeakSet()
@@ -192,8 +199,7 @@ class SnowflakeGenerator:
             base = t << tshift | node
             new = _Tick(t, base, base + first * step, base + seq_top * step, step)
             old.limit = -1
-            if old.tick >= 0:
-                self._issued += min(old.peek() - old.base, (seq_top + 1) * step) // step
+            self._issued += old.drawn()
             state = new
             return new
 
@@ -259,6 +265,7 @@ class SnowflakeGenerator:
                         begin = new.base + first * step
                         ranges.append(range(begin, begin + take * step, step))
                         left -= take
+                        self._issued += take
                     if left:
                         wait_for_tick_after(t)
                 check_lease(mono())
@@ -286,7 +293,6 @@ class SnowflakeGenerator:
                     floor = max(floor, (lease.not_before_ns - epoch_ns - 1) // unit)
                 closed = open_tick(floor, seq_top + 1)   # exhausted: next draw opens a tick
                 closed.limit = -1
-                self._issued = 0
                 self._error, self._reason = LeaseExpiredError, (
                     f"{name}: the lease on worker {lease.worker_id} expired (renewals "
                     "failed); IDs resume when a renewal succeeds"
@@ -304,7 +310,9 @@ class SnowflakeGenerator:
                 deadline = -1
 
         def forked() -> None:
-            nonlocal deadline
+            nonlocal deadline, lock
+            # a parent thread may have held the lock at fork(): the child gets a new one
+            lock = self._lock = threading.Lock() if _GIL else threading.RLock()
             self._error = ForkedProcessError
             deadline = -1
 
@@ -388,15 +396,12 @@ class SnowflakeGenerator:
     def stats(self) -> dict[str, Any]:
         """Numbers for metrics: IDs drawn, lease remaining, renew failures, epoch."""
         st, _ = self._current()
-        drawn = self._issued
-        if st.tick >= 0 and st.limit >= 0:
-            drawn += (min(st.peek(), st.limit + 1) - st.base) // (1 << self.layout.shift(SEQUENCE))
         return {
             "name": self.name,
             "strategy": "snowflake",
             "layout": self.layout.name,
             "clock": self.clock.name,
-            "ids_drawn": max(drawn, 0),
+            "ids_drawn": self._issued + st.drawn(),
             **self.keeper.stats(),
         }
 

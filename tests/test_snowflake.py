@@ -309,13 +309,19 @@ class TestLease:
             SnowflakeGenerator(SNOWFLAKE, clock, alloc, max_start_wait_s=5).start()
 
     def test_stats(self):
-        """stats() counts IDs and exposes the lease numbers."""
+        """stats() counts IDs, singles and batches, and exposes the lease numbers."""
         clock = ManualClock()
         gen = SnowflakeGenerator(SNOWFLAKE, clock, LeasedAllocator(clock)).start()
         for _ in range(5000):
             gen.next_id()
+        assert gen.stats()["ids_drawn"] == 5000
+        gen.next_ids(10_000)
+        gen.next_id()
+        clock.advance(0.01)
+        gen.next_ids(3)
         stats = gen.stats()
-        assert stats["ids_drawn"] == 5000
+        # a batch that takes over a tick's counter burns one draw of it
+        assert 15_004 <= stats["ids_drawn"] <= 15_006
         assert stats["worker_id"] == 9 and stats["epoch"] == 1
         assert 0.9 < stats["lease_remaining_s"] <= 1.0
         gen.close()
@@ -369,6 +375,25 @@ class TestFork:
         _, status = os.waitpid(pid, 0)
         assert os.read(read, 10) == b"0"
         assert gen.next_id() > parent_ids[-1]
+
+    def test_child_refuses_even_if_a_parent_thread_held_the_lock(self):
+        """fork() while another thread sits in the slow path: the child still raises
+        (it gets a fresh lock) instead of hanging."""
+        gen = SnowflakeGenerator(SNOWFLAKE, MonotonicClock(), static()).start()
+        gen._lock.acquire()  # as if a parent thread were inside the slow path
+        try:
+            pid = os.fork()
+            if pid == 0:
+                code = 3
+                try:
+                    gen.next_id()
+                except ForkedProcessError:
+                    code = 0
+                os._exit(code)
+        finally:
+            gen._lock.release()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_package_function_survives_module_import():
