@@ -229,6 +229,7 @@ class SegmentGenerator:
         self._cur: _Buffer = _EMPTY
         self._next: _Buffer | None = None
         self._cond = threading.Condition(threading.Lock())
+        self._start_lock = threading.Lock()
         self._wake = threading.Event()  # interrupts the fetcher's back-off sleep on close
         self._thread: threading.Thread | None = None
         self._started = False
@@ -258,34 +259,44 @@ class SegmentGenerator:
         A database that is down is not an error here: the fetcher keeps trying and
         ``next_id()`` waits up to ``wait_budget``.
         """
-        with self._cond:
-            if self._closed:
-                raise NotStartedError(
-                    f"segment generator {self.name!r} was closed; build a new one (a "
-                    "restarted generator always starts from a fresh segment)"
-                )
-            if self._started:
-                return self
-        if self.settings.preload:
-            try:
-                segment = self._fetch()
-            except (UnknownKeyError, SchemaError):
-                raise
-            except FlakekitError as exc:
-                log.warning("%s: first fetch failed, retrying in the background: %s", self.name, exc)
-                segment = None
-            if segment is not None:
-                with self._cond:
-                    self._cur = self._buffer(segment)
-        with self._cond:
-            self._started = True
-            if self._cur is _EMPTY or self._cur.triggered:
-                self._fetch_wanted = True
-            self._thread = threading.Thread(
-                target=self._run, name=f"flakekit-segment-{self.key}", daemon=True
-            )
-            self._thread.start()
+        with self._start_lock:  # one start at a time: one fetcher thread, one first fetch
+            with self._cond:
+                self._check_not_closed()
+                if self._started:
+                    return self
+            segment = None
+            if self.settings.preload:
+                try:
+                    segment = self._fetch()
+                except (UnknownKeyError, SchemaError):
+                    raise
+                except FlakekitError as exc:
+                    log.warning("%s: first fetch failed, retrying in the background: %s", self.name, exc)
+            with self._cond:
+                closed = self._closed  # close() ran during the first fetch
+                if not closed:
+                    if segment is not None:
+                        self._cur = self._buffer(segment)
+                    self._started = True
+                    if self._cur is _EMPTY or self._cur.triggered:
+                        self._fetch_wanted = True
+                    self._thread = threading.Thread(
+                        target=self._run, name=f"flakekit-segment-{self.key}", daemon=True
+                    )
+                    self._thread.start()
+            if closed:
+                if segment is not None and self.settings.give_back:
+                    self._next = self._buffer(segment)  # never issued from: give it all back
+                    self._give_back(None, None)
+                self._check_not_closed()
         return self
+
+    def _check_not_closed(self) -> None:
+        if self._closed:
+            raise NotStartedError(
+                f"segment generator {self.name!r} was closed; build a new one (a "
+                "restarted generator always starts from a fresh segment)"
+            )
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop issuing IDs, stop the fetcher, and give the unused tail back if allowed."""
@@ -370,10 +381,11 @@ class SegmentGenerator:
     def _raise_unavailable(self) -> None:
         error = self._fetch_error
         if isinstance(error, UnknownKeyError):
-            raise UnknownKeyError(self.key, f" (it is no longer in the store: {error})")
+            raise UnknownKeyError(self.key, " (it is no longer in the store)")
         if isinstance(error, SchemaError):
             raise SchemaError(str(error))
-        reason = f": last fetch failed: {error}" if error is not None else ""
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        reason = f": last fetch failed: {first}" if error is not None else ""
         message = (
             f"segment key {self.key!r}: both buffers are empty and no new segment arrived "
             f"within wait_budget ({self.settings.wait_budget / 1e9:g}s){reason}; the "
@@ -619,6 +631,7 @@ class SegmentGenerator:
     def _after_fork_in_child(self) -> None:
         """The child must not count through the parent's buffers (duplicates)."""
         self._cond = threading.Condition(threading.Lock())  # the parent's may be held
+        self._start_lock = threading.Lock()
         self._cur, self._next = _EMPTY, None
         self._forked = self._closed = True
         self._thread = None

@@ -32,6 +32,10 @@ __all__ = ["SegmentService"]
 
 log = logging.getLogger("flakekit.segment")
 
+#: at most this many keys are remembered as unknown (a flood of wrong keys must not grow
+#: memory without bound; forgetting one early only costs one more lookup)
+_UNKNOWN_MAX = 10_000
+
 
 @attrs.define
 class SegmentService:
@@ -97,15 +101,20 @@ class SegmentService:
     def refresh_keys(self) -> None:
         """Re-read the key list; drop generators of keys that vanished (not on an empty list,
         which is more likely a broken read than a deleted table: Leaf PR #204)."""
+        with self._lock:
+            before = set(self._known)
         keys = set(self.store.keys())  # type: ignore[attr-defined]
         gone: list[SegmentGenerator] = []
         with self._lock:
             if keys or not self._known:
-                for key in self._known - keys:
+                # a key first used while the list was being read is not in `keys` but is
+                # not gone either: only keys known before the read can have vanished
+                added = self._known - before
+                for key in before - keys:
                     gen = self._gens.pop(key, None)
                     if gen is not None:
                         gone.append(gen)
-                self._known = keys
+                self._known = keys | added
                 self._unknown = {k: t for k, t in self._unknown.items() if k not in keys}
         for gen in gone:
             log.info("segment key %r is gone from the store; stopping it", gen.key)
@@ -137,7 +146,12 @@ class SegmentService:
                 if until is not None and time.monotonic() < until:
                     raise UnknownKeyError(key)
                 if not self.store.exists(key):  # type: ignore[attr-defined]
-                    self._unknown[key] = time.monotonic() + self.unknown_ttl
+                    now = time.monotonic()
+                    if len(self._unknown) >= _UNKNOWN_MAX:  # keep memory bounded
+                        self._unknown = {k: t for k, t in self._unknown.items() if t > now}
+                        if len(self._unknown) >= _UNKNOWN_MAX // 2:
+                            self._unknown.clear()
+                    self._unknown[key] = now + self.unknown_ttl
                     raise UnknownKeyError(key)
                 self._known.add(key)
                 self._unknown.pop(key, None)

@@ -173,6 +173,49 @@ class TestSqlStore:
         c.close()
         engine.dispose()
 
+    def test_bad_step_in_the_table_never_moves_max_id(self, db_url):
+        """A step of 0 or below (an operator's typo) is refused without touching max_id:
+        a fetch that lowered max_id before failing would make later fetches reissue IDs."""
+        store = SqlSegmentStore(create_engine(db_url))
+        store.create("k", 100)
+        first = store.fetch("k")
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE leaf_alloc SET step = -50 WHERE biz_tag = 'k'"))
+        for _ in range(3):  # the fetcher retries
+            with pytest.raises(SchemaError, match="step -50"):
+                store.fetch("k")
+        assert store.info("k")[0].max_id == first.max_id
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE leaf_alloc SET step = 100 WHERE biz_tag = 'k'"))
+        assert store.fetch("k").start == first.max_id
+        store.engine.dispose()
+
+    @pytest.mark.mariadb
+    def test_fetch_is_one_transaction_even_with_autocommit(self, mariadb_url):
+        """An engine configured with isolation_level = AUTOCOMMIT (no RETURNING on MariaDB)
+        must not split the UPDATE and the SELECT: another node's update in between would
+        hand two nodes the same range."""
+        engine = create_engine(mariadb_url, isolation_level="AUTOCOMMIT")
+        store = SqlSegmentStore(engine)
+        store.create("k", 7)
+        got: list[range] = []
+        lock = threading.Lock()
+
+        def work() -> None:
+            for _ in range(40):
+                a = store.fetch("k")
+                with lock:
+                    got.append(range(a.start, a.max_id))
+
+        threads = [threading.Thread(target=work) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        ids = [i for r in got for i in r]
+        assert len(ids) == len(set(ids)) == 6 * 40 * 7
+        engine.dispose()
+
     @pytest.mark.mariadb
     def test_leaf_ddl_on_mariadb(self, mariadb_url):
         """A table made by Leaf's own DDL, with Leaf's example row, works unchanged."""
@@ -511,6 +554,61 @@ class TestSegmentGenerator:
         assert gen.next_id() == 2
         gen.close()
 
+    def test_close_during_start_issues_nothing(self):
+        """close() while start() is still fetching: the generator stays closed (it does
+        not come alive with the fetched segment) and the segment goes back."""
+        store = MemoryStore(step=100)
+        gen = generator(store)
+        store.gate.clear()
+        errors: list[BaseException] = []
+
+        def starting() -> None:
+            try:
+                gen.start()
+            except NotStartedError as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=starting)
+        t.start()
+        time.sleep(0.05)                        # start() is inside the fetch
+        gen.close()
+        store.gate.set()
+        t.join(5)
+        with pytest.raises(NotStartedError, match="closed"):
+            gen.next_id()
+        assert errors and "closed" in str(errors[0])
+        assert store.rows["k"][0] == 1          # the unused segment was given back
+
+    def test_unavailable_message_is_one_clean_line(self):
+        """A store failing with a multi-line message still gives a one-line error, and a
+        deleted key does not repeat the 'unknown key' text twice."""
+
+        class Broken(MemoryStore):
+            def fetch(self, key, step=None):
+                if self.fail:
+                    raise RuntimeError("boom\n[SQL: UPDATE leaf_alloc ...]\n(details)")
+                return super().fetch(key, step)
+
+        store = Broken(step=10)
+        gen = generator(store, wait_budget="100ms", retry_min="5ms", retry_max="10ms").start()
+        store.fail = True
+        for _ in range(10):
+            gen.next_id()
+        with pytest.raises(SegmentUnavailableError) as info:
+            gen.next_id()
+        assert "\n" not in str(info.value) and "boom" in str(info.value)
+        gen.close()
+
+        store = MemoryStore(step=10)
+        gen = generator(store, wait_budget="300ms").start()
+        del store.rows["k"]
+        for _ in range(10):
+            gen.next_id()
+        with pytest.raises(UnknownKeyError) as unknown:
+            gen.next_id()
+        assert str(unknown.value).count("unknown segment key") == 1
+        gen.close()
+
     def test_segment_value_object(self):
         """Segment checks its own consistency."""
         assert Segment(1, 101, 100).step == 100
@@ -597,6 +695,60 @@ class TestSegmentService:
             assert service.keys() == ["b"]
             assert service.stats() == {}
         store.engine.dispose()
+
+    def test_refresh_keeps_a_key_created_during_the_refresh(self):
+        """A key first used while a refresh is reading the key list is not dropped (and its
+        live generator not closed under the caller) by that refresh's stale list."""
+        from flakekit.segment_service import SegmentService
+
+        class KeyStore(MemoryStore):
+            def __init__(self) -> None:
+                super().__init__(step=10, key="a")
+                self.keys_gate = threading.Event()
+                self.keys_gate.set()
+                self.listing = threading.Event()
+
+            def keys(self) -> list[str]:
+                listed = sorted(self.rows)
+                self.listing.set()
+                self.keys_gate.wait()
+                return listed
+
+            def exists(self, key: str) -> bool:
+                return key in self.rows
+
+        store = KeyStore()
+        with SegmentService(store, refresh=3600) as service:
+            store.keys_gate.clear()
+            refresher = threading.Thread(target=service.refresh_keys)
+            refresher.start()
+            store.listing.wait(5)               # the list was read: no "b" yet
+            store.rows["b"] = [1, 10]
+            gen = service.get("b")
+            assert gen.next_id() == 1
+            store.keys_gate.set()
+            refresher.join(5)
+            assert gen.next_id() == 2           # not closed by the stale list
+            assert service.keys() == ["a", "b"]
+            service.refresh_keys()
+            assert service.next_id("b") == 3
+
+    def test_unknown_keys_are_not_remembered_forever(self):
+        """Asking for many wrong keys does not grow memory without bound."""
+        from flakekit.segment_service import SegmentService
+
+        class KeyStore(MemoryStore):
+            def keys(self) -> list[str]:
+                return sorted(self.rows)
+
+            def exists(self, key: str) -> bool:
+                return key in self.rows
+
+        with SegmentService(KeyStore(key="a"), refresh=3600, unknown_ttl=0.01) as service:
+            for i in range(20_000):
+                with pytest.raises(UnknownKeyError):
+                    service.get(f"nope-{i}")
+            assert len(service._unknown) <= 10_000
 
     def test_preloads_recent_keys(self, sqlite_url, tmp_path):
         """Keys served before a restart are fetched at start; IDs never repeat."""

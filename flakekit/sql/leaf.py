@@ -43,7 +43,7 @@ from sqlalchemy.exc import (
 from flakekit.errors import BackendError, ConfigError, SchemaError, UnknownKeyError
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine import Connection, Engine
 
 __all__ = [
     "LEAF_MYSQL_DDL",
@@ -275,28 +275,45 @@ class SqlSegmentStore:
             .where(t.c.biz_tag == key)
             .values(max_id=t.c.max_id + increment, update_time=func.current_timestamp())
         )
+        returning = self.engine.dialect.update_returning
         try:
-            with self.engine.begin() as conn:
-                if self.engine.dialect.update_returning:
-                    row = conn.execute(stmt.returning(t.c.max_id, t.c.step)).first()
-                else:
-                    result = conn.execute(stmt)
-                    row = None
-                    if result.rowcount:
-                        row = conn.execute(
-                            select(t.c.max_id, t.c.step).where(t.c.biz_tag == key)
-                        ).first()
+            with self.engine.connect() as conn:
+                if not returning:
+                    self._no_autocommit(conn)  # UPDATE and SELECT must be one transaction
+                with conn.begin():
+                    if returning:
+                        row = conn.execute(stmt.returning(t.c.max_id, t.c.step)).first()
+                    else:
+                        result = conn.execute(stmt)
+                        row = None
+                        if result.rowcount:
+                            row = conn.execute(
+                                select(t.c.max_id, t.c.step).where(t.c.biz_tag == key)
+                            ).first()
+                    if row is not None and int(row[1]) < 1:
+                        # raised inside the transaction, so it rolls back: a step of 0 or
+                        # below must never move max_id (lowering it would reissue IDs)
+                        raise SchemaError(
+                            f"segment store {self.where}: key {key!r} has step {int(row[1])}; "
+                            f"a step must be at least 1 (UPDATE {self.table_name} SET step = "
+                            f"1000 WHERE biz_tag = '{key}')"
+                        )
         except SQLAlchemyError as exc:
             raise self._translate(f"fetching a segment of key {key!r}", exc) from None
         if row is None:
             raise UnknownKeyError(key, f" (no row in {self.where})")
         max_id, db_step = int(row[0]), int(row[1])
-        if db_step < 1:
-            raise SchemaError(
-                f"segment store {self.where}: key {key!r} has step {db_step}; a step must be "
-                f"at least 1 (UPDATE {self.table_name} SET step = 1000 WHERE biz_tag = '{key}')"
-            )
         return Allocation(key, max_id, db_step if step is None else step, db_step)
+
+    def _no_autocommit(self, conn: Connection) -> None:
+        """Make sure ``conn`` runs a real transaction even on an AUTOCOMMIT engine."""
+        dialect = self.engine.dialect
+        try:
+            autocommit = dialect.detect_autocommit_setting(conn.connection.dbapi_connection)
+        except NotImplementedError:
+            autocommit = conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+        if autocommit:
+            conn.execution_options(isolation_level=conn.default_isolation_level or "SERIALIZABLE")
 
     # -- shutdown -------------------------------------------------------------------------
     def give_back(self, key: str, expected_max_id: int, new_max_id: int) -> bool:
