@@ -222,6 +222,8 @@ class Supervisor:
         self.children: dict[int, int] = {}     # pid -> process index
         self.stopping = False
         self.restarts: dict[int, float] = {}
+        #: set by SIGTERM/SIGINT; every wait of the supervisor (start-up included) ends on it
+        self.stop = threading.Event()
 
     def _fork(self, index: int) -> tuple[int, int]:
         """Start worker ``index``; returns (pid, read end of its status pipe)."""
@@ -273,17 +275,21 @@ class Supervisor:
         self.children[pid] = index
         return pid, r
 
-    @staticmethod
-    def _read_status(r: int, timeout: float) -> dict[str, Any]:
+    def _read_status(self, r: int, timeout: float) -> dict[str, Any]:
         import select
 
         chunks = b""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
+            if self.stop.is_set():
+                os.close(r)
+                return {"ok": False, "error": "stopped by a signal during start-up",
+                        "stopped": True}
             if left <= 0:
+                os.close(r)
                 return {"ok": False, "error": f"did not start within {timeout:g} s"}
-            ready, _, _ = select.select([r], [], [], left)
+            ready, _, _ = select.select([r], [], [], min(left, 0.1))
             if not ready:
                 continue
             data = os.read(r, 65536)
@@ -297,7 +303,7 @@ class Supervisor:
             return {"ok": False, "error": "exited during start-up"}
 
     def run(self) -> int:
-        stop = threading.Event()
+        stop = self.stop
 
         def on_signal(signum: int, frame: Any) -> None:
             stop.set()
@@ -312,6 +318,9 @@ class Supervisor:
                 if not status.get("ok"):
                     failure = failure or status
                 stack = status.get("stack", stack)
+            if stop.is_set():  # SIGTERM/SIGINT during start-up: stop, it is no failure
+                self._stop_all()
+                return 0
             if failure is not None:
                 self._stop_all()
                 if failure.get("usage"):
@@ -350,7 +359,8 @@ class Supervisor:
             delay = self._backoff(index)
             log.error("process %d (pid %d) exited with status %s; restarting in %.1f s",
                       index, pid, code, delay)
-            time.sleep(delay)
+            if self.stop.wait(delay):
+                return
             _pid, r = self._fork(index)
             status_ = self._read_status(r, timeout=120)
             if not status_.get("ok"):

@@ -371,6 +371,54 @@ class TestMultiProcess:
         assert server.stop() == 0
 
 
+    def test_sigterm_during_startup_stops_promptly(self, tmp_path, start_server):
+        """SIGTERM while the workers are still starting (here: waiting up to 20 s for an
+        unreachable ZooKeeper) stops the supervisor and every worker at once, instead of
+        waiting for start-up to finish or fail."""
+        import os
+        import signal
+
+        pytest.importorskip("flakekit_zookeeper")
+        config = tmp_path / "slow.toml"
+        config.write_text('[generators.orders]\nstrategy = "snowflake"\nallocator = { type = '
+                          '"zookeeper", hosts = "127.0.0.1:1", connect_timeout = "20s" }\n')
+        server = start_server(config, "--workers", "2", wait=False)
+        pid = server.proc.pid
+        deadline = time.monotonic() + 10
+        children: list[int] = []
+        while len(children) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            try:
+                children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children")
+                            .read_text().split()]
+            except OSError:
+                break
+        assert len(children) == 2, children
+        time.sleep(0.5)  # the workers are inside kit.start()
+        t0 = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(8)
+        except Exception:  # noqa: BLE001
+            pass
+        took = time.monotonic() - t0
+        assert server.proc.returncode is not None and took < 8, f"still running after {took:.1f} s"
+        for child in children:
+            deadline = time.monotonic() + 3
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(child, 0)
+                except ProcessLookupError:
+                    break
+                state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state == "Z":
+                    break
+                time.sleep(0.05)
+            else:
+                os.kill(child, signal.SIGKILL)
+                raise AssertionError(f"worker {child} outlived the supervisor")
+
+
 @pytest.mark.postgresql
 class TestPostgres:
     def test_serves_from_postgresql(self, tmp_path, start_server):

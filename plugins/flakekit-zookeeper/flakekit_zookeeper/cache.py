@@ -83,10 +83,12 @@ def load_cache(path: Path, identity: dict[str, Any]) -> tuple[CacheEntry | None,
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         return None, f"cache file {path} is damaged ({exc!r})"
-    diff = sorted(k for k in identity if entry.identity.get(k) != identity[k])
+    # files written before identities had an "instance" belong to instance 0
+    theirs_all = {"instance": 0, **entry.identity}
+    diff = sorted(k for k in identity if theirs_all.get(k) != identity[k])
     if diff:
         mine = {k: identity[k] for k in diff}
-        theirs = {k: entry.identity.get(k) for k in diff}
+        theirs = {k: theirs_all.get(k) for k in diff}
         return None, (f"cache file {path} belongs to another identity ({theirs} here is "
                       f"{mine}): a copied or cloned file, ignored")
     return entry, ""

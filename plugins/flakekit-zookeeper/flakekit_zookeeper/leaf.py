@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError
 
 from flakekit.clock import Clock
 from flakekit.errors import BackendError, WorkerExhaustedError
@@ -147,8 +147,13 @@ class LeafAllocator:
                 lease = self._from_zookeeper(conn, request, cached)
             except ZK_ERRORS as exc:
                 if conn.connected:
+                    self.close()   # nothing is held: no kazoo threads left behind
                     raise BackendError(f"ZooKeeper at {self.hosts}: {exc!r}") from None
+                self.close()
                 return self._from_cache(request, cached, why, f"ZooKeeper connection lost ({exc!r})")
+            except BaseException:
+                self.close()
+                raise
             self._start_reporter()
             return lease
 
@@ -289,13 +294,23 @@ class LeafAllocator:
             return False
         try:
             assert self._conn is not None and self.node is not None
-            self._conn.client.set(self.node, node_data(self.ip, self.port, now))
+            self._set_node(now)
         except (AssertionError, *ZK_ERRORS) as exc:
             self.report_failures += 1
             log.warning("%s: could not report the time to ZooKeeper: %r", self.generator, exc)
             return False
         self.reports += 1
         return True
+
+    def _set_node(self, now_ms: int) -> None:
+        """Write the time into our znode, never waiting on an outage: kazoo queues a call
+        made while disconnected until it reconnects, which would hold the reporter (and
+        the lock, and shutdown) for as long as ZooKeeper is away."""
+        assert self._conn is not None and self.node is not None
+        if not self._conn.connected:
+            raise ConnectionLoss(f"ZooKeeper connection is {self._conn.client.state}")
+        self._conn.client.set_async(self.node, node_data(self.ip, self.port, now_ms)).get(
+            timeout=self.settings.connect_timeout / 1e9)
 
     def _reconnect(self) -> bool:
         """Started from the cache: once ZooKeeper answers, find our znode again."""
@@ -346,7 +361,7 @@ class LeafAllocator:
             self._save(now, clean=True, issued_until_ms=until)
             if self.source == "zookeeper" and self._conn is not None and self.node:
                 try:
-                    self._conn.client.set(self.node, node_data(self.ip, self.port, now))
+                    self._set_node(now)
                 except ZK_ERRORS as exc:
                     log.warning("%s: final report failed: %r", self.generator, exc)
             self._lease = None

@@ -191,8 +191,12 @@ class LeaseAllocator:
             try:
                 return self._acquire(conn, request)
             except ZK_ERRORS as exc:
+                self.close()  # nothing is held: no kazoo threads left behind
                 raise BackendError(f"{self.generator}: ZooKeeper at {self.hosts}: "
                                    f"{exc!r}") from None
+            except BaseException:
+                self.close()
+                raise
 
     def _scan(self, zk: Any) -> tuple[int, set[int], dict[int, _Node]]:
         now = self._server_now_ms(zk)

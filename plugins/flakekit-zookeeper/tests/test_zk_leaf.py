@@ -9,7 +9,7 @@ import time
 import pytest
 from flakekit_zookeeper.errors import ClockBehindReportError
 from flakekit_zookeeper.leaf import parse_node_name
-from zkhelpers import Recorder, allocator, generator, tiny_layout
+from zkhelpers import Recorder, ZkProxy, allocator, generator, tiny_layout
 
 import flakekit
 from flakekit.errors import BackendError, ConfigError, WorkerExhaustedError
@@ -247,6 +247,25 @@ class TestCache:
             b.acquire(req())
         b.close()
 
+    def test_cache_file_from_before_instances_still_counts(self, ns, tmp_path):
+        """A cache file written before identities had an ``instance`` (0.1.0's first
+        release) is instance 0's own file, not a clone: ZooKeeper down, it is used."""
+        a = leaf(ns, tmp_path)
+        lease = a.acquire(req())
+        a.release(lease, time.time_ns())
+        a.close()
+        raw = json.loads(a.cache_path.read_text())
+        del raw["identity"]["instance"]
+        a.cache_path.write_text(json.dumps(raw))
+        b = leaf(ns, tmp_path, hosts=DOWN)
+        assert b.acquire(req()).worker_id == lease.worker_id and b.source == "cache"
+        b.close()
+        c = leaf(ns, tmp_path, hosts=DOWN, instance=1)   # but never instance 1's
+        c.cache_path.write_text(json.dumps(raw))
+        with pytest.raises(BackendError, match="another identity"):
+            c.acquire(req())
+        c.close()
+
     def test_back_online_resumes_reporting(self, zk, zk_hosts, ns, tmp_path):
         """Started from the cache, the reporter finds its znode once ZooKeeper answers."""
         a = leaf(ns, tmp_path)
@@ -260,6 +279,37 @@ class TestCache:
         assert b.source == "zookeeper" and b.node == a.node
         b.release(lease, time.time_ns())
         b.close()
+
+    def test_outage_never_blocks_report_release_or_close(self, zk_hosts, ns, tmp_path):
+        """ZooKeeper unreachable after start: a report keeps the cache file current and
+        returns; release and close return promptly (kazoo queues calls made while
+        disconnected until it reconnects, so a plain call hangs the reporter and shutdown)."""
+        import threading
+
+        proxy = ZkProxy(zk_hosts)
+        a = leaf(ns, tmp_path, hosts=proxy.hosts, report_interval="0.2s")
+        lease = a.acquire(req())
+        proxy.cut()
+        deadline = time.monotonic() + 5
+        while a._conn.connected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        before = json.loads(a.cache_path.read_text())["timestamp"]
+        time.sleep(0.05)
+        done: list[object] = []
+        worker = threading.Thread(target=lambda: done.append(a.report()), daemon=True)
+        worker.start()
+        worker.join(3)
+        assert done == [False], "report() blocked while ZooKeeper was unreachable"
+        assert json.loads(a.cache_path.read_text())["timestamp"] > before
+        t0 = time.monotonic()
+        closer = threading.Thread(target=lambda: (a.release(lease, time.time_ns()), a.close()),
+                                  daemon=True)
+        closer.start()
+        closer.join(5)
+        assert not closer.is_alive(), "release/close hung while ZooKeeper was unreachable"
+        assert time.monotonic() - t0 < 3
+        assert json.loads(a.cache_path.read_text())["clean"] is True
+        proxy.close()
 
     def test_whole_generator_with_tiny_layout(self, ns, tmp_path):
         """The leaf allocator drives a SnowflakeGenerator end to end."""

@@ -8,7 +8,12 @@ import pytest
 from kazoo.client import KazooClient
 from zkhelpers import Recorder, allocator, generator, parse_ids, spawn, write_config
 
-from flakekit.errors import LeaseError, LeaseLostError, WorkerExhaustedError
+from flakekit.errors import (
+    ClockMovedBackwardsError,
+    LeaseError,
+    LeaseLostError,
+    WorkerExhaustedError,
+)
 from flakekit.events import Events
 from flakekit.lease import LeaseRequest
 
@@ -76,6 +81,36 @@ class TestClaims:
         assert "flakekit_alert" in rec.names()
         for x in (a, b, c):
             x.close()
+
+    def test_failed_acquire_leaves_no_connection(self, ns, tmp_path):
+        """An acquire that fails (ids exhausted; leaf: clock behind) closes its ZooKeeper
+        client: nothing calls close() on an allocator whose generator never started
+        (Kit.close closes started generators only), so kazoo's threads would leak."""
+        import threading
+
+        from flakekit.testing import ManualClock
+
+        a = allocator(ns, **FAST)
+        a.acquire(req(0))
+        before = threading.active_count()
+        b = allocator(ns, **FAST)
+        with pytest.raises(WorkerExhaustedError):
+            b.acquire(req(0))
+        assert b._conn is None
+        clock = ManualClock()
+        leaf = allocator(ns, mode="leaf", clock=clock, cache_dir=str(tmp_path), **FAST)
+        leaf.release(leaf.acquire(req()), 0)
+        leaf.close()
+        clock.step(-30)
+        late = allocator(ns, mode="leaf", clock=clock, cache_dir=str(tmp_path), **FAST)
+        with pytest.raises(ClockMovedBackwardsError):
+            late.acquire(req())
+        assert late._conn is None
+        deadline = time.monotonic() + 3
+        while threading.active_count() > before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert threading.active_count() <= before
+        a.close()
 
     def test_renew_pushes_the_deadline(self, ns):
         """renew() moves the deadline to (now + session - safety) and keeps the claim."""

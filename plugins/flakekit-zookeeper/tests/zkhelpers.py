@@ -119,3 +119,61 @@ def tiny_layout() -> BitLayout:
     return BitLayout.from_mapping("tiny", {
         "fields": [["time", 41], ["region", 9], ["worker", 1], ["sequence", 12]],
         "unit": "1ms", "epoch": "2024-01-01T00:00:00Z"})
+
+
+class ZkProxy:
+    """A TCP proxy in front of ZooKeeper; ``cut()`` makes it unreachable for this client
+    only (the shared server keeps running)."""
+
+    def __init__(self, target: str) -> None:
+        import socket
+        import threading
+
+        self._socket, self._threading = socket, threading
+        self.target = target.split(",")[0]
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen()
+        self.hosts = f"127.0.0.1:{self.lsock.getsockname()[1]}"
+        self.up = True
+        self.socks: list[Any] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.lsock.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            host, port = self.target.rsplit(":", 1)
+            server = self._socket.create_connection((host, int(port)))
+            self.socks += [client, server]
+            for a, b in ((client, server), (server, client)):
+                self._threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a: Any, b: Any) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(self._socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        self.up = False
+        for s in self.socks:
+            try:
+                s.shutdown(self._socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.cut()
+        self.lsock.close()
