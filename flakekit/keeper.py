@@ -70,9 +70,21 @@ class LeaseKeeper:
 
     # -- life cycle ---------------------------------------------------------------------
     def start(self, target: LeaseTarget) -> WorkerLease:
-        """Acquire a lease, bind the target to it and start renewing."""
+        """Acquire a lease, bind the target to it and start renewing.
+
+        If that fails, the allocator is closed (its connections and threads with it):
+        nothing else would, since a generator that never started is never closed.
+        """
         self._closed.clear()
-        lease = self._acquire(target)
+        try:
+            lease = self._acquire(target)
+        except BaseException:
+            try:
+                self.allocator.close()
+            except Exception as exc:
+                log.warning("%s: closing the allocator after a failed start: %s",
+                            self.request.generator, exc)
+            raise
         assert lease is not None
         return lease
 

@@ -51,6 +51,7 @@ class LeasedAllocator:
     released: list[int] = attrs.Factory(list)
     acquired: int = 0
     pushed: object = None
+    closed: bool = False
 
     def acquire(self, request: LeaseRequest) -> WorkerLease:
         self.acquired += 1
@@ -72,7 +73,7 @@ class LeasedAllocator:
         return []
 
     def close(self) -> None:
-        pass
+        self.closed = True
 
 
 class TestUniqueness:
@@ -302,11 +303,13 @@ class TestLease:
         assert alloc.released and alloc.released[-1] > alloc.not_before_ns
 
     def test_high_water_mark_too_far_ahead_refuses(self):
-        """A previous holder far in this host's future means a broken clock: refuse."""
+        """A previous holder far in this host's future means a broken clock: refuse, and
+        close the allocator (nothing else would: the generator never started)."""
         clock = ManualClock()
         alloc = LeasedAllocator(clock, not_before_ns=clock.time_ns() + 60 * 1_000 * MS)
         with pytest.raises(WaitTooLongError, match="max_start_wait"):
             SnowflakeGenerator(SNOWFLAKE, clock, alloc, max_start_wait_s=5).start()
+        assert alloc.closed
 
     def test_stats(self):
         """stats() counts IDs, singles and batches, and exposes the lease numbers."""
