@@ -185,6 +185,7 @@ class TestRestarts:
             assert proc.wait(30) == 0
         assert [lease_of(o)[:2] for o in outs] == [[0, 1], [0, 2]]
         assert min(ids(outs[1])) > max(ids(outs[0]))
+        assert all(["CLOSED", "0"] in lines(o) for o in outs)  # no connection leaked
 
     def test_same_host_port_processes_get_distinct_ids(self, db_url, tmp_path):
         """Two live processes claiming one host:port never share a worker id."""

@@ -344,6 +344,46 @@ class TestRecordsAndOperators:
             release_worker(engine, "orders", 99)
 
 
+    def test_release_refuses_a_row_renewed_meanwhile(self, db_url, engines, monkeypatch):
+        """A heartbeat between the listing and the UPDATE keeps the row: without --force,
+        `workers release` must not free a lease that was just renewed (two holders)."""
+        import flakekit.sql.workers as workers
+
+        engine = engines(db_url)
+        alloc = make(engine)
+        lease = alloc.acquire(req(0))
+        age_rows(engine, 3601)  # looks dead to the operator ...
+        listed = workers.list_records
+
+        def list_then_heartbeat(*args: Any, **kwargs: Any) -> Any:
+            records = listed(*args, **kwargs)
+            alloc.renew(lease, 0)  # ... but it comes back right after the listing
+            return records
+
+        monkeypatch.setattr(workers, "list_records", list_then_heartbeat)
+        with pytest.raises(RuntimeError):
+            release_worker(engine, "orders", lease.worker_id)
+        monkeypatch.setattr(workers, "list_records", listed)
+        alloc.renew(lease, 0)  # still ours
+        with pytest.raises(WorkerExhaustedError):
+            make(engine, host="10.0.0.2").acquire(req(0))
+
+    def test_release_keeps_the_safety_window(self, db_url, engines):
+        """Without --force, a row is freed only once acquire could reclaim it too
+        (silent for longer than the shortest tier), not as soon as the lease ended."""
+        engine = engines(db_url)
+        tiers = dict(tiers_ns=(20 * NS,), safety_window_ns=5 * NS, heartbeat_ns=NS)
+        lease = make(engine, **tiers).acquire(req(0))
+        age_rows(engine, 17)  # past the 15 s lease, inside the 5 s safety window
+        with pytest.raises(RuntimeError, match="wait"):
+            release_worker(engine, "orders", lease.worker_id, tiers_ns=(20 * NS,),
+                           safety_window_ns=5 * NS)
+        assert row(engine, 0)["holder"] == lease.holder
+        age_rows(engine, 21)
+        assert "released worker" in release_worker(
+            engine, "orders", lease.worker_id, tiers_ns=(20 * NS,), safety_window_ns=5 * NS)
+
+
 class TestSchema:
     def test_missing_table_is_a_clear_error(self, db_url, engines):
         """Without create_schema, a missing table says to run `flakekit db init`."""
@@ -377,6 +417,62 @@ class TestSchema:
             conn.execute(text("UPDATE flakekit_schema SET version = 99"))
         with pytest.raises(SchemaError, match="upgrade flakekit"):
             check_schema(engine, "workers")
+
+
+    def test_timestamp_type_that_depends_on_the_session_zone_is_refused(self, db_url, engines):
+        """last_seen as PostgreSQL TIMESTAMP (no time zone) or MariaDB TIMESTAMP is read
+        through each session's time zone: a node in another zone would see a live row as
+        hours old and reclaim it. check_schema refuses such a table."""
+        engine = engines(db_url)
+        if engine.dialect.name == "sqlite":
+            pytest.skip("SQLite stores UTC text")
+        init_schema(engine, "workers")
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(text("ALTER TABLE system_nodes ALTER COLUMN last_seen "
+                                  "TYPE TIMESTAMP"))
+            else:
+                conn.execute(text("ALTER TABLE system_nodes MODIFY last_seen TIMESTAMP(6) "
+                                  "NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"))
+        with pytest.raises(SchemaError, match="last_seen"):
+            check_schema(engine, "workers")
+
+    def test_sessions_in_other_time_zones(self, db_url, engines):
+        """Nodes whose sessions use different time zones agree on lease ages."""
+        from sqlalchemy import event
+
+        engine = engines(db_url)
+        name = engine.dialect.name
+        if name == "sqlite":
+            pytest.skip("SQLite has no session time zone")
+        zones = {"postgresql": ("America/New_York", "Asia/Kolkata"),
+                 "mysql": ("-05:00", "+05:00")}[name]
+        made = []
+        for zone in zones:
+            other = create_engine(db_url)
+            stmt = (f"SET TIME ZONE '{zone}'" if name == "postgresql"
+                    else f"SET time_zone = '{zone}'")
+
+            @event.listens_for(other, "connect")
+            def set_zone(dbapi_conn: Any, _record: Any, stmt: str = stmt) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute(stmt)
+                cur.close()
+                dbapi_conn.commit()
+
+            made.append(other)
+        try:
+            west, east = made
+            lease = make(west).acquire(req(0))
+            with pytest.raises(WorkerExhaustedError):
+                make(east, host="10.0.0.2").acquire(req(0))
+            for e in made:
+                (record,) = list_records(e, "orders")
+                assert record.state == "held" and abs(record.extra["age_s"]) < 60
+            make(east).renew(lease, 0)
+        finally:
+            for e in made:
+                e.dispose()
 
 
 class TestConcurrency:
@@ -422,6 +518,40 @@ class TestConcurrency:
         for t in threads:
             t.join()
         assert sorted(got) == list(range(20))
+
+
+class TestErrors:
+    def test_pool_timeout_is_a_backend_error(self, db_url):
+        """No free connection within pool_timeout: acquire, renew and release raise one
+        BackendError line, not a raw SQLAlchemy exception."""
+        from flakekit.errors import BackendError
+
+        options: dict[str, Any] = {"pool_size": 1, "max_overflow": 0, "pool_timeout": 0.2}
+        if db_url.startswith("sqlite"):
+            from sqlalchemy.pool import QueuePool
+
+            options["poolclass"] = QueuePool
+        engine = create_engine(db_url, **options)
+        try:
+            alloc = make(engine)
+            lease = alloc.acquire(req())
+            with engine.connect():  # the only connection is busy
+                for call in (lambda: make(engine).acquire(req()),
+                             lambda: alloc.renew(lease, 0),
+                             lambda: alloc.release(lease, 0)):
+                    with pytest.raises(BackendError) as info:
+                        call()
+                    assert "\n" not in str(info.value)
+            assert engine.pool.checkedout() == 0
+        finally:
+            engine.dispose()
+
+    def test_driver_error_without_text_is_still_one_line(self):
+        """`workers release` / `db init` turn a driver error with an empty message into
+        one line instead of an IndexError traceback."""
+        from flakekit.builtin.sql import _db_error
+
+        assert str(_db_error(Exception(""))) == "database error: Exception"
 
 
 class TestSettings:

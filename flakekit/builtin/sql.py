@@ -180,7 +180,8 @@ def _engine(pool: Any, gen: _SqlGenerator) -> Any:
 
 def _db_error(exc: Exception) -> BackendError:
     orig = getattr(exc, "orig", None) or exc
-    return BackendError(f"database error: {str(orig).strip().splitlines()[0]}")
+    lines = str(orig).strip().splitlines()
+    return BackendError(f"database error: {lines[0] if lines else type(orig).__name__}")
 
 
 def register_commands(cli: click.Group) -> None:

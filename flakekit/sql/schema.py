@@ -26,6 +26,7 @@ Why the columns look the way they do (``system_nodes``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -160,6 +161,32 @@ def check_schema(engine: Engine, component: str) -> None:
     _check(engine, component, version, tables)
 
 
+def _check_lease_clock(engine: Engine, columns: list[dict[str, Any]]) -> None:
+    """``last_seen`` must not depend on the session time zone.
+
+    A PostgreSQL ``TIMESTAMP`` (without time zone) stores ``now()`` in the writer's
+    session zone and a MariaDB/MySQL ``TIMESTAMP`` converts through it, so a node whose
+    session zone differs sees a live lease as hours old and reclaims it.
+    """
+    (col,) = [c for c in columns if c["name"] == "last_seen"]
+    type_ = col["type"]
+    name = engine.dialect.name
+    if name == "postgresql":
+        bad = not getattr(type_, "timezone", False)
+        want = "TIMESTAMPTZ"
+    elif name in ("mysql", "mariadb"):
+        bad = not isinstance(type_, DateTime) or type(type_).__name__.upper() != "DATETIME"
+        want = "DATETIME(6)"
+    else:
+        return
+    if bad:
+        raise SchemaError(
+            f"system_nodes.last_seen in {_where(engine)} is {type_}, which depends on each "
+            f"session's time zone (a node in another zone would reclaim live ids); stop "
+            f"the nodes and change the column to {want} holding UTC"
+        )
+
+
 def _check(engine: Engine, component: str, version: int, tables: Sequence[Table]) -> None:
     fix = "run `flakekit db init` (with --config FILE for your config)"
     try:
@@ -179,14 +206,17 @@ def _check(engine: Engine, component: str, version: int, tables: Sequence[Table]
                     f"flakekit: it lacks column(s) {', '.join(missing)}; {fix} after "
                     "moving the old table aside (its rows can be copied back)"
                 )
+            if table is system_nodes:
+                _check_lease_clock(engine, inspector.get_columns(table.name))
         with engine.connect() as conn:
             found = conn.execute(
                 select(schema_table.c.version).where(schema_table.c.component == component)
             ).scalar_one_or_none()
     except DBAPIError as exc:
+        lines = str(exc.orig or exc).strip().splitlines()
         raise SchemaError(
             f"cannot read the flakekit schema in {_where(engine)}: "
-            f"{str(exc.orig).strip().splitlines()[0] if exc.orig else exc}"
+            f"{lines[0] if lines else type(exc.orig or exc).__name__}"
         ) from None
     if found is None:
         raise SchemaError(

@@ -43,7 +43,7 @@ from typing import Any
 import attrs
 from sqlalchemy import and_, case, func, literal, literal_column, or_, select, text, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 
 from flakekit.clock import Clock
@@ -165,8 +165,10 @@ def _new_token(ip: str, port: int) -> str:
     return f"{ip}:{port}/pid{os.getpid()}/{uuid.uuid4().hex[:12]}"
 
 
-def _is_retryable(exc: DBAPIError) -> bool:
+def _is_retryable(exc: SQLAlchemyError) -> bool:
     """A unique conflict (someone raced us), a deadlock or a serialisation failure."""
+    if not isinstance(exc, DBAPIError):  # e.g. the pool's TimeoutError
+        return False
     if isinstance(exc, IntegrityError):
         return True
     text_ = str(exc.orig or exc).lower()
@@ -177,6 +179,8 @@ def _is_retryable(exc: DBAPIError) -> bool:
 
 def _db_message(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
+    if orig is exc and isinstance(exc, SQLAlchemyError) and exc.args:
+        orig = exc.args[0]  # without SQLAlchemy's "(Background on this error ...)"
     lines = str(orig).strip().splitlines()
     return lines[0] if lines else type(orig).__name__
 
@@ -281,7 +285,7 @@ class SqlWorkerAllocator:
                         select(func.count()).select_from(system_nodes).where(
                             _t.service == self.service, _t.machine_id <= request.max_worker_id)
                     ).scalar_one()
-            except DBAPIError as exc:
+            except SQLAlchemyError as exc:
                 if _is_retryable(exc) and attempt + 1 < MAX_ATTEMPTS:
                     log.debug("acquire attempt %d of %s: %s; retrying", attempt + 1,
                               self.service, _db_message(exc))
@@ -469,7 +473,7 @@ class SqlWorkerAllocator:
                             else func.max(_t.issued_until, issued_until_ns))
                 ).rowcount
                 current = None if done else self._row(conn, lease.worker_id)
-        except DBAPIError as exc:
+        except SQLAlchemyError as exc:
             raise BackendError(
                 f"heartbeat of worker {lease.worker_id} ({self.service}) failed: "
                 f"{_db_message(exc)}"
@@ -516,7 +520,7 @@ class SqlWorkerAllocator:
                             if self.dialect != "sqlite"
                             else func.max(_t.issued_until, issued_until_ns))
                 ).rowcount
-        except DBAPIError as exc:
+        except SQLAlchemyError as exc:
             raise BackendError(f"releasing worker {lease.worker_id} failed: "
                                f"{_db_message(exc)}") from None
         if not done:
@@ -536,7 +540,7 @@ class SqlWorkerAllocator:
     def _wrap(self, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except DBAPIError as exc:
+        except SQLAlchemyError as exc:
             raise BackendError(f"database of service {self.service!r}: "
                                f"{_db_message(exc)}") from None
 
@@ -598,19 +602,26 @@ def release_worker(
     record = records[0]
     if record.state == "released":
         return f"worker {worker_id} of {service!r} is already released"
-    if record.state == "held" and not force:
+    # Without --force, free only what acquire could reclaim itself (silent for longer
+    # than the shortest tier): "lapsed" alone would skip the safety window.
+    min_tier_ns = min(tiers_ns)
+    age = record.extra["age_s"]
+    if not force and (age is None or age * NS <= min_tier_ns):
         raise RuntimeError(
             f"worker {worker_id} of {service!r} is held by {record.holder} (last heartbeat "
-            f"{record.extra['age_s']} s ago); stop that process (it releases on shutdown), "
-            "wait until its lease lapses, or pass --force if you know it is dead"
+            f"{age} s ago, {record.state}); stop that process (it releases on shutdown), "
+            f"wait until it has been silent for {min_tier_ns / NS:g} s, or pass --force if "
+            "you know it is dead"
         )
+    guard = [_t.service == service, _t.machine_id == worker_id, _t.version == record.epoch]
+    if not force:  # re-checked in the UPDATE: a heartbeat may have come in meanwhile
+        guard += [_t.holder == record.holder,
+                  _t.last_seen < db_now_minus(_dialect(engine), min_tier_ns)]
     with engine.begin() as conn:
         done = conn.execute(
-            update(system_nodes)
-            .where(_t.service == service, _t.machine_id == worker_id,
-                   _t.version == record.epoch)
-            .values(holder=None, version=_t.version + 1)
+            update(system_nodes).where(*guard).values(holder=None, version=_t.version + 1)
         ).rowcount
     if not done:
-        raise RuntimeError(f"worker {worker_id} of {service!r} changed meanwhile; try again")
+        raise RuntimeError(f"worker {worker_id} of {service!r} changed meanwhile (a "
+                           "heartbeat or another acquire); list it again")
     return f"released worker {worker_id} of {service!r} (was {record.holder}, {record.state})"

@@ -5,7 +5,8 @@ Usage: sql_node.py URL --host H --port P [--worker-bits B] [--count N | --run]
 
 Prints ``LEASE <worker> <epoch> <not_before_ns>`` once, then one line per event:
 ``ID <id> <mono_ns>`` or ``ERR <ErrorClass> <mono_ns>`` (at most one ERR line per
-second of errors). Lines are written unbuffered so a SIGSTOP/kill -9 loses nothing.
+second of errors), and ``CLOSED <checked-out connections>`` after a clean close. Lines
+are written unbuffered so a SIGSTOP/kill -9 loses nothing.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def main() -> None:
     if a.no_release:
         os._exit(0)
     gen.close()
-    out("CLOSED")
+    out(f"CLOSED {engine.pool.checkedout()}")  # connections still checked out (0)
     sys.exit(0)
 
 
