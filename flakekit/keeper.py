@@ -94,9 +94,14 @@ class LeaseKeeper:
             if self._closed.is_set():
                 return None
             self._target = target
-            self.lease = lease = self.allocator.acquire(self.request)
+            lease = self.allocator.acquire(self.request)
+            try:
+                target.bind(lease)  # may refuse: e.g. the previous holder's mark is too far
+            except BaseException:
+                self._give_back(lease, lease.not_before_ns)  # keep that holder's mark
+                raise
+            self.lease = lease
             self.lost = None
-            target.bind(lease)
             self.events.lease_acquired(self.request.generator, lease)
             self._watch(self._pushed)
             interval = self.allocator.renew_interval
@@ -125,13 +130,16 @@ class LeaseKeeper:
         lease, target = self.lease, self._target
         if release and lease is not None and target is not None and self.lost is None:
             target.revoke("closed")
-            try:
-                self.allocator.release(lease, target.issued_until_ns())
-            except Exception as exc:  # the lease will lapse on its own
-                log.warning("%s: could not release worker %d: %s",
-                            self.request.generator, lease.worker_id, exc)
+            self._give_back(lease, target.issued_until_ns())
         self.lease = None
         self.allocator.close()
+
+    def _give_back(self, lease: WorkerLease, issued_until_ns: int) -> None:
+        try:
+            self.allocator.release(lease, issued_until_ns)
+        except Exception as exc:  # the lease will lapse on its own
+            log.warning("%s: could not release worker %d: %s",
+                        self.request.generator, lease.worker_id, exc)
 
     # -- renewing -----------------------------------------------------------------------
     def _run(self, interval: float, stop: threading.Event) -> None:

@@ -310,6 +310,7 @@ class TestLease:
         with pytest.raises(WaitTooLongError, match="max_start_wait"):
             SnowflakeGenerator(SNOWFLAKE, clock, alloc, max_start_wait_s=5).start()
         assert alloc.closed
+        assert alloc.released == [alloc.not_before_ns]  # given back, the mark kept
 
     def test_stats(self):
         """stats() counts IDs, singles and batches, and exposes the lease numbers."""

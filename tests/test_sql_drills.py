@@ -100,7 +100,10 @@ class TestPausedHolder:
             assert not_before > 0  # A's heartbeats stored its high-water mark
             a.send_signal(signal.SIGCONT)
             assert b.wait(30) == 0
-            time.sleep(1.0)  # A's heartbeat thread finds the version changed
+            deadline = time.monotonic() + 15  # A's heartbeat thread finds the version changed
+            while time.monotonic() < deadline and not any(
+                    p[0] == "ERR" for p in lines(a_out)[-3:]):
+                time.sleep(0.1)
             after = len(ids(a_out))
             assert after == before, "the paused holder issued IDs after resuming"
             assert not set(ids(a_out)) & set(ids(b_out))

@@ -83,12 +83,17 @@ def engines() -> Iterator[Any]:
         engine.dispose()
 
 
+#: the nodes' clock unless a test brings its own; age_rows() moves it with the database,
+#: so "an hour later" is an hour later for the nodes too (high-water marks are node time)
+NODES_CLOCK = ManualClock()
+
+
 def make(engine: Engine, clock: Any = None, hook: Hook | None = None, **kwargs: Any) -> SqlWorkerAllocator:
     kwargs.setdefault("service", "orders")
     kwargs.setdefault("host", "10.0.0.1")
     kwargs.setdefault("port", 8080)
     kwargs.setdefault("create_schema", True)
-    return SqlWorkerAllocator(engine=engine, clock=clock or ManualClock(),
+    return SqlWorkerAllocator(engine=engine, clock=clock or NODES_CLOCK,
                               events=Events(hook), **kwargs)
 
 
@@ -97,7 +102,9 @@ def req(max_id: int = 1023) -> LeaseRequest:
 
 
 def age_rows(engine: Engine, seconds: float, where: str = "1=1", **params: Any) -> None:
-    """Move ``last_seen`` back by ``seconds`` on the database's own clock."""
+    """Move ``last_seen`` back by ``seconds`` on the database's own clock (and the nodes'
+    shared clock forward by as much)."""
+    NODES_CLOCK.advance(seconds)
     name = engine.dialect.name
     if name == "postgresql":
         expr = "now() - make_interval(secs => :age)"
@@ -215,8 +222,9 @@ class TestAcquire:
 
 
 class TestReclaim:
-    def fill(self, engine: Engine, size: int) -> list[WorkerLease]:
-        return [make(engine, host=f"10.9.0.{i + 1}").acquire(req(size - 1)) for i in range(size)]
+    def fill(self, engine: Engine, size: int, **kwargs: Any) -> list[WorkerLease]:
+        return [make(engine, host=f"10.9.0.{i + 1}", **kwargs).acquire(req(size - 1))
+                for i in range(size)]
 
     def test_tiers_in_order_then_exhaustion(self, db_url, engines):
         """7 d before 1 d before 1 h (alert), each bumping the version; then failure."""
@@ -237,10 +245,10 @@ class TestReclaim:
     def test_custom_tiers(self, db_url, engines):
         """Tiers are configurable; rows younger than the last one are never taken."""
         engine = engines(db_url)
-        self.fill(engine, 2)
+        tiers = dict(tiers_ns=(120 * NS, 20 * NS), safety_window_ns=2 * NS, heartbeat_ns=NS)
+        self.fill(engine, 2, **tiers)  # every node of a service shares its tiers
         age_rows(engine, 30, "machine_id = 1")
-        alloc = make(engine, tiers_ns=(120 * NS, 20 * NS), safety_window_ns=2 * NS,
-                     heartbeat_ns=NS, host="10.0.0.60")
+        alloc = make(engine, host="10.0.0.60", **tiers)
         assert alloc.acquire(req(1)).worker_id == 1
         with pytest.raises(WorkerExhaustedError):
             alloc.acquire(req(1))
@@ -255,7 +263,9 @@ class TestReclaim:
 
 class TestHeartbeat:
     def test_renew_moves_deadline_and_stores_high_water(self, db_url, engines):
-        """A heartbeat sets last_seen from the database and issued_until from the node."""
+        """A heartbeat sets last_seen from the database, and as the high-water mark the
+        latest time this holder may stamp an ID before its next heartbeat: node time plus
+        the lease (or the node's own mark, if later)."""
         engine = engines(db_url)
         clock = ManualClock()
         alloc = make(engine, clock)
@@ -264,9 +274,34 @@ class TestHeartbeat:
         clock.advance(50)
         renewed = alloc.renew(lease, 987_654_321)
         assert renewed.deadline_ns == clock.monotonic_ns() + alloc.lease_ns
-        r = row(engine, 0)
-        assert r["issued_until"] == 987_654_321
+        assert row(engine, 0)["issued_until"] == clock.time_ns() + alloc.lease_ns
+        far = clock.time_ns() + 2 * alloc.lease_ns
+        alloc.renew(lease, far)
+        assert row(engine, 0)["issued_until"] == far
         assert list_records(engine, "orders")[0].extra["age_s"] < 50
+
+    def test_crashed_holders_bound_is_waited_for(self, db_url, engines):
+        """A holder that crashed may have stamped IDs up to its last heartbeat's bound
+        (its clock + the lease); a reclaimer whose clock runs further behind than the
+        safety window must start past that bound, and a clean release lowers the mark to
+        the exact last ID so that an ordinary restart does not wait."""
+        engine = engines(db_url)
+        ahead = ManualClock()
+        ahead.advance(8)  # the crashed holder's clock is 8 s ahead of the reclaimer's
+        dead = make(engine, ahead)
+        crashed = dead.acquire(req(0))
+        bound = ahead.time_ns() + dead.lease_ns
+        assert row(engine, 0)["issued_until"] == bound
+        age_rows(engine, 3601)
+        ahead.advance(3601)
+        behind = ManualClock(wall_ns=ahead.time_ns() - 8 * NS)
+        newcomer = make(engine, behind)
+        taken = newcomer.acquire(req(0))
+        assert taken.worker_id == crashed.worker_id
+        assert taken.not_before_ns == bound
+        assert bound - behind.time_ns() == 2 * NS   # 8 s skew - (1 h tier - 3595 s lease) - 1 s
+        newcomer.release(taken, bound + NS)
+        assert row(engine, 0)["issued_until"] == bound + NS
 
     def test_version_conflict_stops_the_generator(self, db_url, engines):
         """A heartbeat that finds the version changed revokes, logs and fires the hook."""

@@ -276,10 +276,11 @@ class SqlWorkerAllocator:
         token = _new_token(self._ip, port)
         for attempt in range(MAX_ATTEMPTS):
             send_mono = self.clock.monotonic_ns()
+            bound = self.clock.time_ns() + self.lease_ns
             try:
                 with self.engine.begin() as conn:
                     row, how = self._acquire_in(conn, request.max_worker_id, port, token,
-                                                request.instance)
+                                                request.instance, bound)
                     self._check_wait(row, how)
                     allocated = conn.execute(
                         select(func.count()).select_from(system_nodes).where(
@@ -325,7 +326,8 @@ class SqlWorkerAllocator:
             )
 
     def _acquire_in(
-        self, conn: Connection, max_id: int, port: int, token: str, instance: int = 0
+        self, conn: Connection, max_id: int, port: int, token: str, instance: int = 0,
+        bound: int = 0,
     ) -> tuple[tuple[int, int, int], str]:
         """The body of the acquire transaction: ((id, version, issued_until), how)."""
         dialect = _dialect(conn)
@@ -342,7 +344,7 @@ class SqlWorkerAllocator:
         lapsed = db_now_minus(dialect, self.min_tier_ns)
         mine = and_(_t.service == self.service, _t.host == self._ip, _t.port == port)
         take: dict[str, Any] = dict(holder=token, version=_t.version + 1, last_seen=now,
-                    host_name=self._host_name)
+                    host_name=self._host_name, issued_until=self._raise_mark(bound))
 
         # 1. reuse this host:port's row, if no live lease holds it
         row = conn.execute(
@@ -372,7 +374,7 @@ class SqlWorkerAllocator:
             conn.execute(system_nodes.insert().values(
                 service=self.service, machine_id=free, host=self._ip, port=port, slot=slot,
                 version=1, last_seen=now, created_at=now, holder=token,
-                host_name=self._host_name, issued_until=0,
+                host_name=self._host_name, issued_until=bound,
             ))
             return (free, 1, 0), "allocated"
 
@@ -459,18 +461,28 @@ class SqlWorkerAllocator:
         ).scalar_one_or_none()
 
     # -- renew / release ------------------------------------------------------------------------
+    def _raise_mark(self, value: int) -> Any:
+        """``issued_until`` raised to ``value``, never lowered (GREATEST / MAX)."""
+        if self.dialect == "sqlite":
+            return func.max(_t.issued_until, value)
+        return func.greatest(_t.issued_until, value)
+
     def renew(self, lease: WorkerLease, issued_until_ns: int) -> WorkerLease:
-        """Seed 000's heartbeat with the version check; a new deadline on success."""
+        """Seed 000's heartbeat with the version check; a new deadline on success.
+
+        The stored high-water mark becomes ``now + lease``: until its next heartbeat the
+        holder may stamp IDs up to that instant of its own clock, so whoever gets the id
+        after a crash waits past it (a host whose clock runs behind cannot overlap).
+        """
         send_mono = self.clock.monotonic_ns()
+        bound = max(issued_until_ns, self.clock.time_ns() + self.lease_ns)
         try:
             with self.engine.begin() as conn:
                 done = conn.execute(
                     update(system_nodes)
                     .where(*self._ours(lease))
                     .values(last_seen=db_now(_dialect(conn)),
-                            issued_until=func.greatest(_t.issued_until, issued_until_ns)
-                            if self.dialect != "sqlite"
-                            else func.max(_t.issued_until, issued_until_ns))
+                            issued_until=self._raise_mark(bound))
                 ).rowcount
                 current = None if done else self._row(conn, lease.worker_id)
         except SQLAlchemyError as exc:
@@ -508,7 +520,10 @@ class SqlWorkerAllocator:
         raise LeaseLostError(message)
 
     def release(self, lease: WorkerLease, issued_until_ns: int) -> None:
-        """Give the id back at once (clean shutdown), keeping the high-water mark."""
+        """Give the id back at once (clean shutdown). The holder has stopped, so the
+        high-water mark comes down from the heartbeat's bound to the exact last ID (never
+        below the previous holder's): a restart right after gets its id back without a
+        wait."""
         with self._lock:
             self._held.pop(lease.worker_id, None)
         try:
@@ -516,9 +531,7 @@ class SqlWorkerAllocator:
                 done = conn.execute(
                     update(system_nodes).where(*self._ours(lease))
                     .values(holder=None, last_seen=db_now(_dialect(conn)),
-                            issued_until=func.greatest(_t.issued_until, issued_until_ns)
-                            if self.dialect != "sqlite"
-                            else func.max(_t.issued_until, issued_until_ns))
+                            issued_until=max(issued_until_ns, lease.not_before_ns))
                 ).rowcount
         except SQLAlchemyError as exc:
             raise BackendError(f"releasing worker {lease.worker_id} failed: "

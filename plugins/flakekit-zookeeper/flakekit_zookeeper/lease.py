@@ -259,9 +259,12 @@ class LeaseAllocator:
         lease_ms = session_ms - self.settings.safety_window // 1_000_000
         epoch = (node.epoch if node else 0) + 1
         session = conn.session_id or 0
+        # the mark is the latest time this holder may stamp an ID before its next
+        # heartbeat (its clock + the lease): a successor after a crash waits past it
+        bound = max(node.issued_until_ms if node else 0,
+                    self.clock.time_ns() // 1_000_000 + lease_ms)
         data = _data(epoch=epoch, holder=self._holder, session=f"0x{session:x}",
-                     lease_ms=lease_ms, state="held",
-                     issued_until=node.issued_until_ms if node else 0)
+                     lease_ms=lease_ms, state="held", issued_until=bound)
         t0 = self.clock.monotonic_ns()
         tx = zk.transaction()
         if node is None:
@@ -309,7 +312,8 @@ class LeaseAllocator:
                 if stat is None or stat.ephemeralOwner != session:
                     raise LeaseLostError(f"the claim {self._c(wid)} is gone or belongs to "
                                          "another session")
-                until = -(-issued_until_ns // 1_000_000)
+                until = max(-(-issued_until_ns // 1_000_000),
+                            self.clock.time_ns() // 1_000_000 + self._lease_ms)
                 st = zk.set(self._w(wid), _data(
                     epoch=self._epoch, holder=self._holder, session=f"0x{session:x}",
                     lease_ms=self._lease_ms, state="held", issued_until=until,
@@ -331,7 +335,8 @@ class LeaseAllocator:
             if conn is None or wid is None or self.lost is not None \
                     or conn.session_id != session or not conn.connected:
                 return
-            until = -(-issued_until_ns // 1_000_000)
+            # stopped: the exact last ID (never below the previous holder's mark)
+            until = -(-max(issued_until_ns, lease.not_before_ns) // 1_000_000)
             tx = conn.client.transaction()
             tx.set_data(self._w(wid), _data(
                 epoch=self._epoch, holder=self._holder, session=f"0x{session:x}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -50,6 +51,23 @@ class TestClaims:
         assert lease.not_before_ns > 0  # the previous holder's high-water mark
         for a in (*allocs, again):
             a.close()
+
+    def test_high_water_mark_is_the_leases_bound_until_a_clean_release(self, zk, ns):
+        """While held, the worker node's mark is the holder's clock + the lease (what a
+        crash could have stamped, for a successor to wait past); a clean release writes
+        the exact last ID instead."""
+        a = allocator(ns, quarantine=0, **FAST)
+        lease = a.acquire(req())
+        mark = json.loads(zk.get(f"/flakekit/{ns}/workers/0")[0])["issued_until"]
+        assert mark >= time.time_ns() // 1_000_000 + a._lease_ms - 1000
+        a.renew(lease, 0)
+        renewed = json.loads(zk.get(f"/flakekit/{ns}/workers/0")[0])["issued_until"]
+        assert renewed >= mark
+        last = time.time_ns()
+        a.release(lease, last)
+        released = json.loads(zk.get(f"/flakekit/{ns}/workers/0")[0])["issued_until"]
+        assert released == -(-last // 1_000_000)
+        a.close()
 
     def test_quarantine_keeps_a_released_id(self, ns):
         """A released id is not claimed again until the quarantine is over."""
