@@ -309,7 +309,8 @@ class SqlSegmentStore:
         """Make sure ``conn`` runs a real transaction even on an AUTOCOMMIT engine."""
         dialect = self.engine.dialect
         try:
-            autocommit = dialect.detect_autocommit_setting(conn.connection.dbapi_connection)
+            raw = conn.connection.dbapi_connection
+            autocommit = raw is not None and dialect.detect_autocommit_setting(raw)
         except NotImplementedError:
             autocommit = conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
         if autocommit:

@@ -25,7 +25,7 @@ Why the columns look the way they do (``system_nodes``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -161,7 +161,7 @@ def check_schema(engine: Engine, component: str) -> None:
     _check(engine, component, version, tables)
 
 
-def _check_lease_clock(engine: Engine, columns: list[dict[str, Any]]) -> None:
+def _check_lease_clock(engine: Engine, columns: Sequence[Mapping[str, Any]]) -> None:
     """``last_seen`` must not depend on the session time zone.
 
     A PostgreSQL ``TIMESTAMP`` (without time zone) stores ``now()`` in the writer's

@@ -619,6 +619,7 @@ def release_worker(
     # than the shortest tier): "lapsed" alone would skip the safety window.
     min_tier_ns = min(tiers_ns)
     age = record.extra["age_s"]
+    assert age is None or isinstance(age, (int, float))
     if not force and (age is None or age * NS <= min_tier_ns):
         raise RuntimeError(
             f"worker {worker_id} of {service!r} is held by {record.holder} (last heartbeat "
