@@ -41,6 +41,28 @@ def redact_url(url: str) -> str:
     return _PASSWORD.sub(r"\1***\3", url)
 
 
+#: libpq (psycopg, psycopg2): give up on a connect after 10 s, and on a connection whose
+#: peer stopped answering (packets dropped, not refused) after ~30 s instead of the
+#: kernel's ~15 min, so a heartbeat or segment fetch fails and is retried
+_LIBPQ = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10,
+          "keepalives_interval": 5, "keepalives_count": 3, "tcp_user_timeout": 30_000}
+#: PyMySQL / mysqlclient: the same, as socket timeouts
+_MYSQL = {"connect_timeout": 10, "read_timeout": 30, "write_timeout": 30}
+_CONNECT_DEFAULTS = {"psycopg": _LIBPQ, "psycopg2": _LIBPQ, "pymysql": _MYSQL,
+                     "mysqldb": _MYSQL}
+
+
+def connect_defaults(url: str) -> dict[str, Any]:
+    """Driver options flakekit sets unless ``options.connect_args`` says otherwise."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        # one writer at a time: wait for the lock instead of failing at once
+        return {"timeout": 30, "check_same_thread": False}
+    return dict(_CONNECT_DEFAULTS.get(parsed.get_driver_name(), {}))
+
+
 @attrs.frozen
 class BackendSettings:
     """``[backends.NAME]``: ``url`` (SQLAlchemy URL) and engine ``options``."""
@@ -78,12 +100,12 @@ class BackendPool:
 
             options = dict(settings.options)
             url = settings.url
-            if url.startswith("sqlite"):
-                # one writer at a time: wait for the lock instead of failing at once
-                options.setdefault("connect_args", {"timeout": 30, "check_same_thread": False})
-            else:
+            if not url.startswith("sqlite"):
                 options.setdefault("pool_pre_ping", True)
             try:
+                defaults = connect_defaults(url)
+                if defaults:
+                    options["connect_args"] = {**defaults, **options.get("connect_args", {})}
                 engine = create_engine(url, **options)
             except (ArgumentError, NoSuchModuleError, ImportError) as exc:
                 raise ConfigError(

@@ -12,8 +12,10 @@ class TcpProxy:
     """Forwards 127.0.0.1:<port> to 127.0.0.1:<target_port>.
 
     ``cut()`` drops every connection and refuses new ones (a dead network path);
-    ``restore()`` lets connections through again; ``delay_s`` adds latency to each chunk
-    sent towards the server (so each query round trip gets slower by about that much).
+    ``restore()`` lets connections through again; ``stall()`` keeps every connection open
+    but forwards nothing, like a network that drops packets (``unstall()`` ends it);
+    ``delay_s`` adds latency to each chunk sent towards the server (so each query round
+    trip gets slower by about that much).
     """
 
     def __init__(self, target_port: int, delay_s: float = 0.0) -> None:
@@ -25,6 +27,7 @@ class TcpProxy:
         self._listener.listen(128)
         self.port = self._listener.getsockname()[1]
         self._cut = False
+        self._stalled = False
         self._stopped = False
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -51,6 +54,13 @@ class TcpProxy:
 
     def restore(self) -> None:
         self._cut = False
+
+    def stall(self) -> None:
+        """Forward nothing (data is dropped), but keep the connections open."""
+        self._stalled = True
+
+    def unstall(self) -> None:
+        self._stalled = False
 
     def _accept_loop(self) -> None:
         while not self._stopped:
@@ -79,6 +89,8 @@ class TcpProxy:
                     data = sock.recv(65536)
                     if not data:
                         return
+                    if self._stalled:
+                        continue
                     if sock is client and self.delay_s:
                         time.sleep(self.delay_s)
                     pair[sock].sendall(data)
