@@ -6,29 +6,17 @@ use. With no config, the embedded default is a SQLite file in the working direct
 
 from __future__ import annotations
 
-import os
 import re
 import threading
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from flakekit.errors import ConfigError, UnknownNameError
+from flakekit.forks import after_fork_in_child
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
-
-_POOLS: weakref.WeakSet[BackendPool] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for pool in list(_POOLS):
-        pool.forget_connections()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 __all__ = ["DEFAULT_BACKEND_URL", "BackendPool", "BackendSettings", "redact_url"]
 
@@ -118,7 +106,7 @@ class BackendPool:
             return engine
 
     def __attrs_post_init__(self) -> None:
-        _POOLS.add(self)
+        after_fork_in_child(self, BackendPool.forget_connections)
 
     def forget_connections(self) -> None:
         """In a forked child: drop inherited connections without closing the parent's."""

@@ -34,10 +34,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import threading
 import time
-import weakref
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -53,6 +51,7 @@ from flakekit.errors import (
     UnknownKeyError,
 )
 from flakekit.events import NO_EVENTS, Events
+from flakekit.forks import after_fork_in_child
 from flakekit.timeunits import parse_duration_ns
 
 __all__ = [
@@ -246,7 +245,7 @@ class SegmentGenerator:
         self._stats = _Stats()
         self._forked = False
         self._alerted = False
-        _LIVE.add(self)
+        after_fork_in_child(self, SegmentGenerator._after_fork_in_child)
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> SegmentGenerator:
@@ -635,18 +634,6 @@ class SegmentGenerator:
         self._cur, self._next = _EMPTY, None
         self._forked = self._closed = True
         self._thread = None
-
-
-_LIVE: weakref.WeakSet[SegmentGenerator] = weakref.WeakSet()
-
-
-def _stop_inherited_generators() -> None:
-    for gen in list(_LIVE):
-        gen._after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_stop_inherited_generators)
 
 
 # -- building from config ----------------------------------------------------------------

@@ -19,7 +19,6 @@ import itertools
 import os
 import sys
 import threading
-import weakref
 from typing import Any
 
 from flakekit.batch import IdBatch
@@ -35,6 +34,7 @@ from flakekit.errors import (
     WaitTooLongError,
 )
 from flakekit.events import NO_EVENTS, Events
+from flakekit.forks import after_fork_in_child
 from flakekit.keeper import LeaseKeeper
 from flakekit.layout import SEQUENCE, TIME, BitLayout
 from flakekit.lease import LeaseRequest, WorkerAllocator, WorkerLease
@@ -68,18 +68,6 @@ class _Tick:
     def drawn(self) -> int:
         """How many values were drawn within the tick (issued, or lost to a race)."""
         return max(0, (min(self.peek(), self.top + self.step) - self.start) // self.step)
-
-
-_ALL: weakref.WeakSet[SnowflakeGenerator] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for gen in list(_ALL):
-        gen._forked()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class SnowflakeGenerator:
@@ -132,7 +120,7 @@ class SnowflakeGenerator:
         self._reason = "not started: call start() or use the generator in a `with` block"
         self._error: type[Exception] = NotStartedError
         self._build()
-        _ALL.add(self)
+        after_fork_in_child(self, lambda gen: gen._forked())
 
     # -- the hot path ---------------------------------------------------------------------
     def _build(self) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import uuid
+from collections.abc import Iterator
 
 import attrs
 
-__all__ = ["ManualClock"]
+__all__ = ["ManualClock", "fresh_database"]
 
 _START_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
 
@@ -50,3 +53,29 @@ class ManualClock:
 
     def sleep(self, seconds: float) -> None:
         self.advance(max(seconds, 0.0) or 1e-6)
+
+
+@contextlib.contextmanager
+def fresh_database(admin_url: str) -> Iterator[str]:
+    """A new, empty database on the PostgreSQL or MariaDB/MySQL server of ``admin_url``
+    (a URL whose user may create databases); yields its URL and drops it afterwards."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    url = make_url(admin_url)
+    name = f"fk_{uuid.uuid4().hex[:12]}"
+    quote = '"' if url.get_backend_name() == "postgresql" else "`"
+    drop = f"DROP DATABASE IF EXISTS {quote}{name}{quote}"
+    if url.get_backend_name() == "postgresql":
+        drop += " WITH (FORCE)"  # connections a test left open must not block the drop
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {quote}{name}{quote}"))
+        try:
+            yield url.set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(drop))
+    finally:
+        admin.dispose()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -32,42 +31,21 @@ def host():
     return PluginHost().load(entrypoints=False)
 
 
-def _fresh_pg() -> Iterator[str]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
+def _fresh(admin_url: str, port: int, server: str) -> Iterator[str]:
+    from flakekit.testing import fresh_database
 
-    if not _listening(5432):
-        pytest.fail("PostgreSQL is not listening on 127.0.0.1:5432 (see docs/operations.md)")
-    name = f"fk_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
+    if not _listening(port):
+        pytest.fail(f"{server} is not listening on 127.0.0.1:{port} (see docs/operations.md)")
+    with fresh_database(admin_url) as url:
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+
+
+def _fresh_pg() -> Iterator[str]:
+    return _fresh(PG_ADMIN_URL, 5432, "PostgreSQL")
 
 
 def _fresh_mariadb() -> Iterator[str]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    if not _listening(3306):
-        pytest.fail("MariaDB is not listening on 127.0.0.1:3306 (see docs/operations.md)")
-    name = f"fk_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(MARIADB_ADMIN_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE `{name}`"))
-    url = make_url(MARIADB_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
-        yield url
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
-        admin.dispose()
+    return _fresh(MARIADB_ADMIN_URL, 3306, "MariaDB")
 
 
 @pytest.fixture

@@ -29,23 +29,13 @@ def _listening(port: int) -> bool:
 
 
 def fresh_pg() -> Iterator[str]:
-    """A new, empty PostgreSQL database (dropped afterwards); as tests/conftest.py."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
+    """A new, empty PostgreSQL database (dropped afterwards)."""
+    from flakekit.testing import fresh_database
 
     if not _listening(5432):
         pytest.fail("PostgreSQL is not listening on 127.0.0.1:5432 (see docs/operations.md)")
-    name = f"fk_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    try:
+    with fresh_database(PG_ADMIN_URL) as url:
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def create_keys(url: str, keys: dict[str, int], table: str = "leaf_alloc") -> None:
