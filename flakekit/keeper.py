@@ -66,6 +66,7 @@ class LeaseKeeper:
     _stop: threading.Event = attrs.Factory(threading.Event)
     _closed: threading.Event = attrs.Factory(threading.Event)
     _losing: threading.Lock = attrs.Factory(threading.Lock)
+    _lost_lease: WorkerLease | None = None
     _life: threading.RLock = attrs.Factory(threading.RLock)
 
     # -- life cycle ---------------------------------------------------------------------
@@ -128,7 +129,7 @@ class LeaseKeeper:
             self._thread.join(timeout=10)
         self._thread = None
         lease, target = self.lease, self._target
-        if release and lease is not None and target is not None and self.lost is None:
+        if release and lease is not None and target is not None and self._lost_lease is not lease:
             target.revoke("closed")
             self._give_back(lease, target.issued_until_ns())
         self.lease = None
@@ -190,13 +191,14 @@ class LeaseKeeper:
             self._lose(lease, reason)
 
     def _lose(self, lease: WorkerLease, reason: str) -> None:
-        with self._losing:
-            if self.lost is not None:
+        with self._losing:  # once per lease, whichever thread notices first
+            if self._lost_lease is lease:
                 return
-            self.lost = reason
+            self._lost_lease = lease
         if self._target is not None:
-            self._target.revoke(reason)
+            self._target.revoke(reason)   # first: no ID from here on
         self.events.lease_lost(self.request.generator, lease, reason)
+        self.lost = reason                # then tell observers (hooks have run)
         if self.on_lease_lost == "exit":
             log.critical("%s: exiting because the worker lease was lost: %s",
                          self.request.generator, reason)
