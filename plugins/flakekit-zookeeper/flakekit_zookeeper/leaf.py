@@ -24,6 +24,7 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,7 @@ class LeafAllocator:
     _lease: WorkerLease | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = attrs.Factory(threading.Event)
+    _watch: Callable[[str, str], None] | None = None
     _lock: threading.RLock = attrs.Factory(threading.RLock)
     _issued_until_ms: int = 0
 
@@ -312,8 +314,15 @@ class LeafAllocator:
         self._conn.client.set_async(self.node, node_data(self.ip, self.port, now_ms)).get(
             timeout=self.settings.connect_timeout / 1e9)
 
+    def watch(self, callback: Callable[[str, str], None] | None) -> None:
+        """The keeper's push channel: ``callback("lost", reason)`` stops IDs at once."""
+        self._watch = callback
+
     def _reconnect(self) -> bool:
-        """Started from the cache: once ZooKeeper answers, find our znode again."""
+        """Started from the cache: once ZooKeeper answers, find our znode again, and
+        check the time it holds. Later than this host's clock means another process with
+        our identity reported meanwhile (a clone), or our clock stepped back while
+        ZooKeeper was away: either way this worker id may repeat timestamps, so stop."""
         try:
             conn = self._connect()
             zk = conn.client
@@ -330,7 +339,25 @@ class LeafAllocator:
                 {"worker_id": self.worker, "zookeeper": mine},
             )
             return False
-        self.node = f"{self.forever}/{self.key}-{self.worker:010d}"
+        node = f"{self.forever}/{self.key}-{self.worker:010d}"
+        try:
+            reported = parse_timestamp(zk.get(node)[0], node)
+        except (NoNodeError, BackendError, *ZK_ERRORS) as exc:
+            log.info("%s: cannot read %s yet (%r)", self.generator, node, exc)
+            return False
+        now = self.now_ms()
+        if reported > now:
+            behind_ns = (reported - now) * 1_000_000
+            reason = (f"{node} reports {reported} ms, {behind_ns / 1e6:.0f} ms after this "
+                      "host's clock: another process with this identity (a cloned host?) "
+                      f"used worker {self.worker} meanwhile, or the clock stepped back")
+            self.events.clock_moved_backwards(self.generator, self.clock.name, behind_ns, False)
+            self.events.alert("zookeeper-leaf-clock", f"{self.generator}: {reason}",
+                              {"worker_id": self.worker, "reported_ms": reported, "now_ms": now})
+            if self._watch is not None:
+                self._watch("lost", reason)
+            return False
+        self.node = node
         self.source = "zookeeper"
         log.info("%s: ZooKeeper is back; reporting to %s", self.generator, self.node)
         return True

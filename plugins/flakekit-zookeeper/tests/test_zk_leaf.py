@@ -280,6 +280,30 @@ class TestCache:
         b.release(lease, time.time_ns())
         b.close()
 
+    def test_back_online_with_a_later_report_stops_ids(self, zk, zk_hosts, ns, tmp_path):
+        """Started from the cache; when ZooKeeper answers, our znode holds a time later
+        than this host's clock (a clone reported meanwhile): the allocator alerts, fires
+        the clock hook and pushes a loss, so the generator stops issuing."""
+
+        a = leaf(ns, tmp_path)
+        a.release(a.acquire(req()), time.time_ns())
+        a.close()
+        rec = Recorder()
+        b = leaf(ns, tmp_path, hosts=DOWN, events=Events(rec))
+        lease = b.acquire(req())
+        pushed: list[tuple[str, str]] = []
+        b.watch(lambda kind, reason: pushed.append((kind, reason)))
+        node = a.node
+        zk.set(node, json.dumps({"ip": "10.9.8.7", "port": "8080",
+                                 "timestamp": time.time_ns() // 1_000_000 + 60_000}).encode())
+        b.hosts = zk_hosts  # "ZooKeeper comes back"
+        assert not b.report()
+        assert b.source == "cache"
+        assert pushed and pushed[0][0] == "lost" and "a cloned host" in pushed[0][1]
+        assert {"flakekit_clock_moved_backwards", "flakekit_alert"} <= set(rec.names())
+        b.release(lease, time.time_ns())
+        b.close()
+
     def test_outage_never_blocks_report_release_or_close(self, zk_hosts, ns, tmp_path):
         """ZooKeeper unreachable after start: a report keeps the cache file current and
         returns; release and close return promptly (kazoo queues calls made while
