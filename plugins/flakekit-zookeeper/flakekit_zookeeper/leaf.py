@@ -197,9 +197,26 @@ class LeafAllocator:
                             cached.worker_id, seq, self.key)
         self._check_clock(max(reported, cached.timestamp_ms if cached and
                               cached.worker_id == seq else 0), source, seq)
+        self._check_not_live(node, seq, reported, now, clean)
         self.node, self.worker, self.source = node, seq, "zookeeper"
         self._report_now(force=True)
         return self._lease_for(seq, floor, clean)
+
+    def _check_not_live(self, node: str, seq: int, reported: int, now: int,
+                        clean: bool) -> None:
+        """Leaf keys a worker id by ip:port alone. A report younger than two report
+        intervals, with no clean stop in this host's cache, means another live process
+        uses this identity (a second process on the same port, a cloned host): sharing
+        its worker id would repeat its IDs, so refuse."""
+        window = 2 * self.settings.report_interval // 1_000_000 + 1_000
+        if reported and not clean and now - reported < window:
+            raise WorkerExhaustedError(
+                f"{self.generator}: {node} (worker {seq}) was reported {now - reported} ms "
+                f"ago and this host's cache shows no clean stop: another live process seems "
+                f"to use identity {self.key}. In leaf mode every process needs its own "
+                "ip:port: set FLAKEKIT_PORT (or port = ...), or use mode = \"lease\". If "
+                f"the previous process crashed, start again after {window / 1000:g} s"
+            )
 
     def _from_cache(self, request: LeaseRequest, cached: CacheEntry | None, why: str,
                     error: str) -> WorkerLease:

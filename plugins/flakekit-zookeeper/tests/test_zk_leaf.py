@@ -66,15 +66,30 @@ class TestLeafZnodes:
         """A server's worker processes share ip:port; instance N > 0 gets its own node
         (ip:port.N) and cache file, so two live processes never share a worker id."""
         first, second = leaf(ns, tmp_path), leaf(ns, tmp_path, instance=1)
-        ids = {first.acquire(req()).worker_id, second.acquire(req()).worker_id}
-        assert ids == {0, 1}
+        leases = [first.acquire(req()), second.acquire(req())]
+        assert {x.worker_id for x in leases} == {0, 1}
         assert sorted(zk.get_children(f"/snowflake/{ns}/forever")) == [
             "10.9.8.7:8080-0000000000", "10.9.8.7:8080.1-0000000001"]
         assert first.cache_path != second.cache_path
+        second.release(leases[1], time.time_ns())
         again = leaf(ns, tmp_path, instance=1)
         assert again.acquire(req()).worker_id == 1   # instance 1 keeps its id across restarts
         for a in (first, second, again):
             a.close()
+
+    def test_a_live_process_with_the_same_identity_is_refused(self, ns, tmp_path):
+        """Two live processes on one ip:port would share a worker id (Leaf's model): the
+        second start is refused with what to do; after a clean stop it gets the id."""
+        first = leaf(ns, tmp_path)
+        lease = first.acquire(req())
+        with pytest.raises(WorkerExhaustedError, match="another live process seems to use "
+                           "identity 10.9.8.7:8080.*FLAKEKIT_PORT"):
+            leaf(ns, tmp_path).acquire(req())
+        first.release(lease, time.time_ns())
+        first.close()
+        later = leaf(ns, tmp_path)
+        assert later.acquire(req()).worker_id == lease.worker_id
+        later.close()
 
     def test_creates_leaf_node_and_reuses_it_on_restart(self, zk, ns, tmp_path):
         """A new ip:port gets a sequential node with Leaf's JSON; a restart gets the same id."""
