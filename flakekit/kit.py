@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import os
 import socket
+import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
@@ -176,12 +177,15 @@ class Kit:
     generators: dict[str, Generator]
     pool: BackendPool
     _started: set[str] = attrs.Factory(set)
+    _lock: threading.RLock = attrs.Factory(threading.RLock)
 
     def __getitem__(self, name: str) -> Any:
         gen = self.get(name)
         if name not in self._started:
-            gen.start()
-            self._started.add(name)
+            with self._lock:  # threads racing to first use start it once
+                if name not in self._started:
+                    gen.start()
+                    self._started.add(name)
         return gen
 
     def get(self, name: str) -> Any:
@@ -213,12 +217,13 @@ class Kit:
 
     def close(self) -> None:
         """Stop every started generator, release leases, close connections."""
-        for name in list(self._started):
-            try:
-                self.generators[name].close()
-            finally:
-                self._started.discard(name)
-        self.pool.dispose()
+        with self._lock:
+            for name in list(self._started):
+                try:
+                    self.generators[name].close()
+                finally:
+                    self._started.discard(name)
+            self.pool.dispose()
 
     def __enter__(self) -> Kit:
         return self.start()

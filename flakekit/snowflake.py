@@ -116,6 +116,7 @@ class SnowflakeGenerator:
         # free-threaded CPython: the hot path takes the (re-entrant) lock too
         self._lock: Any = threading.Lock() if _GIL else threading.RLock()
         self._pid = os.getpid()
+        self._starting = threading.Lock()
         self._issued = 0          # IDs drawn from finished ticks
         self._reason = "not started: call start() or use the generator in a `with` block"
         self._error: type[Exception] = NotStartedError
@@ -340,9 +341,10 @@ class SnowflakeGenerator:
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> SnowflakeGenerator:
         """Acquire a worker lease (waiting past the previous holder's last ID) and go."""
-        if self.keeper.lease is None:
-            self._pid = os.getpid()
-            self.keeper.start(self)
+        with self._starting:  # two threads starting at once take one lease
+            if self.keeper.lease is None:
+                self._pid = os.getpid()
+                self.keeper.start(self)
         return self
 
     def close(self) -> None:

@@ -127,3 +127,31 @@ def test_identity_from_environment(monkeypatch, host):
     monkeypatch.setenv("FLAKEKIT_INSTANCE", "two")
     with pytest.raises(ConfigError, match="FLAKEKIT_INSTANCE: 'two' is not a whole number"):
         build_kit(config, host)
+
+
+def test_first_use_from_many_threads_takes_one_lease(tmp_path, host):
+    """kit["name"] from 16 threads at once starts the generator once: one worker id."""
+    import threading
+
+    config = parse_config({
+        "backends": {"db": {"url": f"sqlite:///{tmp_path / 'ids.db'}"}},
+        "generators": {"g": {"allocator": {"type": "sql", "backend": "db"}}},
+    })
+    kit = build_kit(config, host)
+    barrier = threading.Barrier(16)
+    seen = []
+
+    def use() -> None:
+        barrier.wait()
+        seen.append(kit["g"].worker_id)
+
+    threads = [threading.Thread(target=use) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        records = kit.get("g").keeper.allocator.records()
+        assert set(seen) == {0} and [r.state for r in records] == ["held"]
+    finally:
+        kit.close()
