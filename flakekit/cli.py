@@ -58,7 +58,7 @@ def layout() -> None:
     """Inspect bit layouts: list, show, compose, decompose."""
 
 
-def _layout(name: str, config_path: str | None) -> Any:
+def _layout(name: str, config_path: str | None, path: str = "layout") -> Any:
     from flakekit.kit import resolve_layout
 
     if config_path:
@@ -69,7 +69,7 @@ def _layout(name: str, config_path: str | None) -> Any:
         from flakekit.config import parse_config
 
         config = parse_config({})
-    return resolve_layout(config, _host(), name, "layout")
+    return resolve_layout(config, _host(), name, path)
 
 
 @layout.command("list")
@@ -200,14 +200,19 @@ def layout_decompose(name: str, id_: str, as_json: bool, config_path: str | None
 @json_option
 def decode(id_: str, layout_name: str | None, config_path: str | None, as_json: bool) -> None:
     """Decode an ID: time, node fields, sequence."""
+    path = "layout"
     if layout_name is None:
         layout_name = "snowflake"
         if config_path:
             from flakekit.config import load_config
 
-            spec = load_config(config_path).generator(None)
-            layout_name = spec.table.get("layout", "snowflake") if spec.strategy == "snowflake" else "snowflake"
-    _print_decoded(_decoded(_layout(layout_name, config_path), id_), as_json)
+            config = load_config(config_path)
+            if config.default is not None:  # no generators: snowflake, as the help says
+                spec = config.generator(None)
+                if spec.strategy == "snowflake":
+                    layout_name = spec.table.get("layout", "snowflake")
+                    path = f"{spec.path}.layout"
+    _print_decoded(_decoded(_layout(layout_name, config_path, path), id_), as_json)
 
 
 # -- generating ----------------------------------------------------------------------------

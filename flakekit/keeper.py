@@ -170,11 +170,12 @@ class LeaseKeeper:
                 self.remaining_s() or 0.0,
             )
             return False
-        if self._stop.is_set():
-            return False
-        self.lease = new
-        self.renewals += 1
-        target.extend(new.deadline_ns)
+        with self._losing:  # a loss (or re-acquire) while the call was in flight wins
+            if self._stop.is_set() or self.lease is not lease or self._lost_lease is lease:
+                return False
+            self.lease = new
+            self.renewals += 1
+            target.extend(new.deadline_ns)
         self.events.lease_renewed(self.request.generator, new)
         return True
 

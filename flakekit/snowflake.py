@@ -205,6 +205,13 @@ class SnowflakeGenerator:
 
         def behind(t: int, now_tick: int) -> None:
             """The clock reads a tick before the last one used: wait or refuse."""
+            if now_tick < 0:
+                raise LayoutError(
+                    "epoch", f"layout {layout.name!r}: the clock ({clock.name}) reads "
+                    f"{-now_tick * unit / 1e9:.3f} s before the layout's epoch "
+                    f"({layout.time_of_tick(0).isoformat()}); no ID can be stamped before "
+                    "it: use a layout with an earlier epoch"
+                )
             behind_ns = (t - now_tick) * unit
             if behind_ns <= clock.max_backward_ns:
                 events.clock_moved_backwards(name, clock.name, behind_ns, True)
@@ -296,12 +303,14 @@ class SnowflakeGenerator:
             nonlocal deadline
             with lock:
                 self._error, self._reason = error, f"{name}: {reason}"
+                state.limit = -1   # a draw from here on is rejected, whatever bind() does next
                 deadline = -1
 
         def forked() -> None:
             nonlocal deadline, lock
             # a parent thread may have held the lock at fork(): the child gets a new one
             lock = self._lock = threading.Lock() if _GIL else threading.RLock()
+            self._starting = threading.Lock()
             self._error = ForkedProcessError
             deadline = -1
 
@@ -348,10 +357,21 @@ class SnowflakeGenerator:
         return self
 
     def close(self) -> None:
-        """Stop issuing, stop renewing and release the worker id."""
-        if self.keeper.lease is not None:
+        """Stop issuing, stop renewing and release the worker id.
+
+        In a forked child the lease is the parent's: it is forgotten, never released.
+        """
+        if os.getpid() != self._pid:
+            self._forget_parent_lease()
+        elif self.keeper.lease is not None:
             self.keeper.close()
         self.revoke("closed")
+
+    def _forget_parent_lease(self) -> None:
+        self.keeper = LeaseKeeper(
+            self.keeper.allocator, self.keeper.request, self.clock, self.events,
+            self.keeper.on_lease_lost,
+        )
 
     def restart(self) -> SnowflakeGenerator:
         """Get a new lease (after a fork, in the child; or after the lease was lost).
@@ -359,10 +379,7 @@ class SnowflakeGenerator:
         A forked child never releases its parent's lease: it only forgets it.
         """
         if os.getpid() != self._pid:
-            self.keeper = LeaseKeeper(
-                self.keeper.allocator, self.keeper.request, self.clock, self.events,
-                self.keeper.on_lease_lost,
-            )
+            self._forget_parent_lease()
         else:
             self.keeper.close()
         return self.start()

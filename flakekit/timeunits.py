@@ -18,6 +18,8 @@ def parse_duration_ns(value: object, *, default_unit: str = "s") -> int:
     if isinstance(value, bool):
         raise ValueError(f"expected a duration such as '5ms' or '1s', got {value!r}")
     if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"a duration must be a finite number, got {value!r}")
         if value < 0:
             raise ValueError(f"a duration cannot be negative, got {value!r}")
         return round(value * _SUFFIX_NS[default_unit])

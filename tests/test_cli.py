@@ -157,3 +157,22 @@ def test_console_script(config_file):
     bad = subprocess.run([str(script), "decode", "xyz"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "FLAKEKIT_DEBUG": ""})
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_decode_with_a_config_without_generators_uses_snowflake(capsys, tmp_path):
+    """`decode` falls back to snowflake when the config has no generator to take a
+    layout from, as its help says."""
+    path = tmp_path / "empty.toml"
+    path.write_text("")
+    code, out, err = run(capsys, "decode", "123", "-c", str(path))
+    assert code == 0, err
+    assert "sequence" in out
+
+
+def test_decode_names_the_generators_layout_field(capsys, tmp_path):
+    """A wrong layout taken from the default generator names that generator's field."""
+    path = tmp_path / "bad.toml"
+    path.write_text('[generators.a]\nlayout = {x = 1}\nallocator = {type = "static", worker_id = 1}\n')
+    code, out, err = run(capsys, "decode", "123", "-c", str(path))
+    assert code == 2
+    assert err.startswith("error: generators.a.layout: expected a layout name")

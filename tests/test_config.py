@@ -95,6 +95,10 @@ BAD_CASES = [
     ({"backends": {"b": {"url": "not a url"}}}, r"backends.b.url: 'not a url' is not a URL"),
     ({"backends": {"b": {}}}, r"backends.b.url: is required"),
     ({"default": "nope", "generators": {"g": {"allocator": "static"}}}, r"default: unknown generator 'nope'"),
+    # TOML has inf and nan: a duration must be a finite number
+    ({"generators": {"g": {"clock": {"type": "system", "max_backward": float("inf")}, "allocator": "static"}}}, r"generators.g.clock.max_backward: .*finite"),
+    ({"generators": {"g": {"allocator": "static", "max_start_wait": float("inf")}}}, r"generators.g.max_start_wait: .*finite"),
+    ({"layouts": {"l": {"fields": [["time", 41], ["worker", 10], ["sequence", 12]], "unit": float("inf")}}}, r"layouts.l.unit: .*finite"),
 ]
 
 

@@ -52,6 +52,7 @@ class LeasedAllocator:
     acquired: int = 0
     pushed: object = None
     closed: bool = False
+    during_renew: object = None  # called with the lease while a renewal is "in flight"
 
     def acquire(self, request: LeaseRequest) -> WorkerLease:
         self.acquired += 1
@@ -64,6 +65,8 @@ class LeasedAllocator:
     def renew(self, lease: WorkerLease, issued_until_ns: int) -> WorkerLease:
         if self.fail is not None:
             raise self.fail
+        if callable(self.during_renew):
+            self.during_renew(lease)
         return attrs.evolve(lease, deadline_ns=self.clock.monotonic_ns() + self.ttl_ns)
 
     def release(self, lease: WorkerLease, issued_until_ns: int) -> None:
@@ -412,3 +415,147 @@ def test_package_function_survives_module_import():
     gen = flakekit.snowflake(worker_id=3)
     assert gen.next_id() > 0
     gen.close()
+
+
+class TestLeaseRaces:
+    def test_loss_pushed_while_a_renewal_is_in_flight_stays_lost(self):
+        """The allocator pushes "lost" while a renewal is on the wire; the renewal then
+        returns: its deadline must not bring the lost lease back."""
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock)
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        alloc.during_renew = lambda lease: alloc.pushed("lost", "session expired")
+        assert not gen.keeper.renew_once()
+        with pytest.raises(LeaseLostError, match="session expired"):
+            gen.next_id()
+        gen.close()
+
+    def test_stale_renewal_does_not_replace_a_reacquired_lease(self):
+        """A renewal of the old lease that lands after the background re-acquire must not
+        put the old lease back in place of the new one."""
+        import time
+
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock)
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc, on_lease_lost="restart").start()
+        old = gen.lease
+
+        def during_renew(lease):
+            alloc.pushed("lost", "session expired")  # the watcher fires meanwhile
+            for _ in range(500):
+                if gen.lease is not old and gen.keeper.lost is None:
+                    break
+                time.sleep(0.01)
+
+        alloc.during_renew = during_renew
+        assert not gen.keeper.renew_once()
+        assert gen.lease is not old and gen.worker_id == 10
+        assert SNOWFLAKE.decompose(gen.next_id())["worker"] == 10
+        gen.close()
+        assert alloc.released  # the new lease was given back
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_close_in_a_forked_child_keeps_the_parents_lease():
+    """close() (e.g. a `with` block or Kit.close) in a forked child must not release the
+    parent's worker id: the parent still issues IDs under it."""
+    clock = ManualClock()
+    alloc = LeasedAllocator(clock)
+    gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            gen.close()
+            os.write(write, b"%d" % len(alloc.released))
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 10) == b"0"
+    assert gen.next_id()
+    gen.close()
+
+
+class _ScriptedClock:
+    """A ManualClock that runs a queued action inside its next reading (to pin a
+    thread switch to an exact point of the hot path)."""
+
+    def __init__(self) -> None:
+        self.inner = ManualClock()
+        self.on_wall: list = []
+        self.on_mono: list = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def time_ns(self) -> int:
+        if self.on_wall:
+            self.on_wall.pop(0)()
+        return self.inner.time_ns()
+
+    def monotonic_ns(self) -> int:
+        if self.on_mono:
+            self.on_mono.pop(0)()
+        return self.inner.monotonic_ns()
+
+
+def test_draw_after_a_loss_is_rejected_even_if_a_new_lease_is_bound_before_the_check():
+    """Thread A reads the clock, the lease is lost (revoke), A draws from the tick's
+    counter, a new lease (another worker id) is bound, A checks the deadline: A must not
+    return an ID with the lost worker id, formed after the loss."""
+    clock = _ScriptedClock()
+    alloc = LeasedAllocator(clock.inner)
+    gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+    assert SNOWFLAKE.decompose(gen.next_id())["worker"] == 9
+    new_lease = WorkerLease(10, 2, "t", 1.0, clock.inner.monotonic_ns() + 10**9)
+    clock.on_wall.append(lambda: gen.revoke("session expired"))   # before A's draw
+
+    def rebind() -> None:  # before A's deadline check (not from inside A's slow path)
+        if not gen._lock.locked():
+            gen.bind(new_lease)
+
+    clock.on_mono.append(rebind)
+    try:
+        got = gen.next_id()
+    except LeaseLostError:
+        return
+    assert SNOWFLAKE.decompose(got)["worker"] == 10
+
+
+def test_epoch_in_the_future_says_so():
+    """A layout whose epoch is after the clock cannot stamp IDs: the error names the
+    epoch instead of claiming the clock moved backwards."""
+    from flakekit.errors import LayoutError
+
+    future = BitLayout("future", [["time", 41], ["worker", 10], ["sequence", 12]],
+                       epoch_ms="2099-01-01T00:00:00Z", unit_ns="1ms")
+    gen, _ = manual_gen(layout=future)
+    with pytest.raises(LayoutError, match="epoch"):
+        gen.next_id()
+    with pytest.raises(LayoutError, match="epoch"):
+        gen.next_ids(3)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_restart_in_child_even_if_a_parent_thread_was_starting():
+    """fork() while a parent thread sits in start(): restart() in the child must not
+    hang on the start lock it inherited held."""
+    gen = SnowflakeGenerator(SNOWFLAKE, MonotonicClock(), static()).start()
+    gen._starting.acquire()  # as if a parent thread were inside start()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            import signal
+
+            signal.alarm(3)  # a hang ends the child with SIGALRM
+            code = 3
+            try:
+                gen.restart()
+                code = 0 if gen.next_id() else 4
+            finally:
+                os._exit(code)
+    finally:
+        gen._starting.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
