@@ -130,12 +130,12 @@ class LeaseLostError(LeaseError):
 class ForkedProcessError(LeaseError):
     """This process was forked from the one that holds the lease."""
 
-    def __init__(self) -> None:
-        super().__init__(
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or (
             "this process was forked from the one that holds the worker lease; a child "
             "must not reuse its parent's worker id: build a new generator in the child "
             "(or call restart() on it) so it gets its own"
-        )
+        ))
 
 
 class NotStartedError(FlakekitError):

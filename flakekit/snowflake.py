@@ -379,9 +379,22 @@ class SnowflakeGenerator:
         A forked child never releases its parent's lease: it only forgets it.
         """
         if os.getpid() != self._pid:
+            parent = self.keeper.lease
             self._forget_parent_lease()
-        else:
-            self.keeper.close()
+            self.start()
+            lease = self.keeper.lease
+            if (parent is not None and lease is not None and lease.deadline_ns is None
+                    and lease.worker_id == parent.worker_id):
+                # a fixed id (static) would be shared with the parent: certain duplicates
+                self._forget_parent_lease()
+                self.revoke("closed")
+                raise ForkedProcessError(
+                    f"{self.name}: the forked child got worker {lease.worker_id} again, the "
+                    "parent's fixed id; give the child its own (e.g. set FLAKEKIT_WORKER_ID "
+                    "in the child before restart()) or use an allocator that leases ids"
+                )
+            return self
+        self.keeper.close()
         return self.start()
 
     def __enter__(self) -> SnowflakeGenerator:

@@ -383,6 +383,32 @@ class TestFork:
         assert os.read(read, 10) == b"0"
         assert gen.next_id() > parent_ids[-1]
 
+    def test_restart_in_a_child_refuses_the_parents_static_id(self, monkeypatch):
+        """A static worker id cannot be shared with the parent: restart() in the child
+        refuses it, and works once the child names its own id."""
+        monkeypatch.setenv("FLAKEKIT_WORKER_ID", "5")
+        gen = SnowflakeGenerator(SNOWFLAKE, MonotonicClock(),
+                                 StaticAllocator(StaticSettings())).start()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                gen.restart()
+                code = 3
+            except ForkedProcessError as exc:
+                code = 0 if "parent's fixed id" in str(exc) else 4
+            if code == 0:
+                os.environ["FLAKEKIT_WORKER_ID"] = "6"
+                try:
+                    gen.restart()
+                    code = 0 if SNOWFLAKE.decompose(gen.next_id())["worker"] == 6 else 5
+                except Exception:  # noqa: BLE001 - any failure is the test's failure
+                    code = 6
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert SNOWFLAKE.decompose(gen.next_id())["worker"] == 5
+
     def test_child_refuses_even_if_a_parent_thread_held_the_lock(self):
         """fork() while another thread sits in the slow path: the child still raises
         (it gets a fresh lock) instead of hanging."""
@@ -551,6 +577,7 @@ def test_restart_in_child_even_if_a_parent_thread_was_starting():
             signal.alarm(3)  # a hang ends the child with SIGALRM
             code = 3
             try:
+                gen.keeper.allocator.settings = StaticSettings(worker_id=6)  # its own id
                 gen.restart()
                 code = 0 if gen.next_id() else 4
             finally:
