@@ -51,6 +51,15 @@ def connect_defaults(url: str) -> dict[str, Any]:
     return dict(_CONNECT_DEFAULTS.get(parsed.get_driver_name(), {}))
 
 
+def _bad_url(name: str, url: str, exc: Exception) -> ConfigError:
+    return ConfigError(
+        f"backends.{name}.url",
+        f"cannot use {redact_url(url)!r}: {redact_url(str(exc))}; expected e.g. "
+        "'postgresql+psycopg://user@host/db', 'mysql+pymysql://root@host/db' "
+        "or 'sqlite:///flakekit.db'",
+    )
+
+
 @attrs.frozen
 class BackendSettings:
     """``[backends.NAME]``: ``url`` (SQLAlchemy URL) and engine ``options``."""
@@ -92,15 +101,19 @@ class BackendPool:
                 options.setdefault("pool_pre_ping", True)
             try:
                 defaults = connect_defaults(url)
-                if defaults:
-                    options["connect_args"] = {**defaults, **options.get("connect_args", {})}
+            except (ArgumentError, ValueError) as exc:
+                raise _bad_url(name, url, exc) from None
+            if defaults:
+                options["connect_args"] = {**defaults, **options.get("connect_args", {})}
+            try:
                 engine = create_engine(url, **options)
             except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+                raise _bad_url(name, url, exc) from None
+            except (TypeError, ValueError) as exc:
                 raise ConfigError(
-                    f"backends.{name}.url",
-                    f"cannot use {redact_url(url)!r}: {exc}; expected e.g. "
-                    "'postgresql+psycopg://user@host/db', 'mysql+pymysql://root@host/db' "
-                    "or 'sqlite:///flakekit.db'",
+                    f"backends.{name}.options",
+                    f"sqlalchemy.create_engine() refused them: {redact_url(str(exc))}; "
+                    f"given: {', '.join(sorted(settings.options)) or '(none)'}",
                 ) from None
             self._engines[name] = engine
             return engine

@@ -79,3 +79,23 @@ def test_heartbeat_on_a_silent_network_fails_then_recovers(mariadb_url, tcp_prox
         assert alloc.renew(lease, 0).worker_id == lease.worker_id
     finally:
         pool.dispose()
+
+
+@pytest.mark.parametrize(
+    ("settings", "where"),
+    [
+        (BackendSettings("postgresql+psycopg://u:hunter2@h:notaport/x"), "backends.b.url"),
+        (BackendSettings("postgresql+psycopg://u:hunter2@h/x", {"pool_size": "x"}), "backends.b.options"),
+        (BackendSettings("nosuchdialect://u:hunter2@h/x"), "backends.b.url"),
+    ],
+    ids=["port", "option", "dialect"],
+)
+def test_bad_engine_settings_name_the_field_and_hide_the_password(settings, where):
+    """A URL or an engine option SQLAlchemy refuses is a ConfigError at the field, with
+    the password redacted."""
+    from flakekit.errors import ConfigError
+
+    pool = BackendPool({"b": settings})
+    with pytest.raises(ConfigError) as info:
+        pool.engine("b", "generators.g.allocator.backend")
+    assert info.value.path == where and "hunter2" not in str(info.value)
