@@ -15,7 +15,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, unquote_plus
@@ -79,6 +79,13 @@ class HttpError(Exception):
     def __init__(self, status: int, code: str, message: str, headers: bytes = b"") -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+def not_found(code: str, what: str, name: str, known: Iterable[str], hint: str = "") -> HttpError:
+    """404 naming what was asked for, what exists and the nearest match."""
+    names = sorted(known)
+    return HttpError(404, code, f"{what}; known: {', '.join(names) or '(none)'}"
+                                f"{suggest(name, names)}{hint}")
 
 
 def error_body(status: int, code: str, message: str) -> bytes:
@@ -245,8 +252,7 @@ class IdService:
         name = self.segment_keys.get(key)
         if name is None:
             known = sorted(self.segment_keys)
-            raise HttpError(404, "unknown_key", f"no segment generator serves key {key!r}; served "
-                            f"keys: {', '.join(known) or '(none)'}{suggest(key, known)}")
+            raise not_found("unknown_key", f"no segment generator serves key {key!r}", key, known)
         self._check_auth(name, auth)
         value = self.generators[name].next_id()
         self.issued[name] += 1
@@ -257,9 +263,9 @@ class IdService:
         _params(query, {})
         name = key if key in self.snowflakes else self.options.snowflake_default
         if name is None:
-            raise HttpError(404, "unknown_key", f"no snowflake generator named {key!r}; known: "
-                            f"{', '.join(sorted(self.snowflakes)) or '(none)'}{suggest(key, self.snowflakes)}"
-                            " (start the server with --snowflake-default NAME to serve any key, as Leaf does)")
+            raise not_found("unknown_key", f"no snowflake generator named {key!r}", key,
+                            self.snowflakes, " (start the server with --snowflake-default NAME "
+                            "to serve any key, as Leaf does)")
         self._check_auth(name, auth)
         value = self.generators[name].next_id()
         self.issued[name] += 1
@@ -286,8 +292,7 @@ class IdService:
         gen = self.generators.get(name)
         if gen is None:
             known = sorted(self.generators)
-            raise HttpError(404, "unknown_generator", f"unknown generator {name!r}; known: "
-                            f"{', '.join(known) or '(none)'}{suggest(name, known)}")
+            raise not_found("unknown_generator", f"unknown generator {name!r}", name, known)
         self._check_auth(name, auth)
         if count == 1 and fmt != "ranges":
             ids: Any = (gen.next_id(),)
@@ -317,8 +322,8 @@ class IdService:
         if "generator" in params:
             name = _key(params["generator"], "generator")
             if name not in self.snowflakes:
-                raise HttpError(404, "unknown_generator", f"no snowflake generator named {name!r}; known: "
-                                f"{', '.join(sorted(self.snowflakes)) or '(none)'}{suggest(name, self.snowflakes)}")
+                raise not_found("unknown_generator", f"no snowflake generator named {name!r}",
+                                name, self.snowflakes)
             return self.generators[name].layout
         if "layout" in params:
             try:
