@@ -366,9 +366,9 @@ def run(func: Callable[[], Any]) -> int:
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
-    except click.Abort:
+    except click.Abort as exc:
         click.echo("Aborted!", err=True)
-        return 1
+        return 130 if isinstance(exc.__context__, KeyboardInterrupt) else 1
     except USAGE_ERRORS as exc:
         click.echo(f"error: {exc}", err=True)
         return 2

@@ -73,9 +73,11 @@ class DuplicateRegistrationError(FlakekitError):
 
     def __init__(self, kind: str, name: str, first: str, second: str) -> None:
         self.kind, self.name, self.first, self.second = kind, name, first, second
+        # suggest disabling the third-party one: a built-in name is taken on purpose
+        culprit = first if second.startswith("flakekit.builtin.") else second
         super().__init__(
             f"{kind} {name!r} is registered by both plugin {first!r} and plugin "
-            f"{second!r}; uninstall or disable one (FLAKEKIT_DISABLE_PLUGINS={second})"
+            f"{second!r}; uninstall or disable one (FLAKEKIT_DISABLE_PLUGINS={culprit})"
         )
 
 

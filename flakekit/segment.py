@@ -654,9 +654,10 @@ def build_segment_generator(
             type or backend.
     """
     from flakekit.kit import build_plugin
-    from flakekit.settings import build_settings
+    from flakekit.settings import build_settings, check_keys
 
     table = dict(table)
+    check_keys(table, {f.name for f in attrs.fields(SegmentSettings)} | {"store"}, path)
     store_table = table.pop("store", _DEFAULT_STORE)
     settings = build_settings(SegmentSettings, table, path)
     assert settings is not None

@@ -94,7 +94,8 @@ def _is(value: Any, expected: type) -> bool:
 
 def _field_in(message: str, fields: Mapping[str, Any]) -> str | None:
     for name in fields:
-        if f"'{name}'" in message or message.startswith(f"{name}:") or f" {name} " in message:
+        if (f"'{name}'" in message or message.startswith((f"{name}:", f"{name} "))
+                or f" {name} " in message):
             return name
     return None
 

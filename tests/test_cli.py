@@ -176,3 +176,18 @@ def test_decode_names_the_generators_layout_field(capsys, tmp_path):
     code, out, err = run(capsys, "decode", "123", "-c", str(path))
     assert code == 2
     assert err.startswith("error: generators.a.layout: expected a layout name")
+
+
+def test_ctrl_c_exits_130():
+    """An interrupted command exits 130, as shells expect."""
+    from flakekit.cli import run
+
+    def interrupted() -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            import click
+
+            raise click.Abort()  # noqa: B904 - click keeps the context, as here
+
+    assert run(interrupted) == 130

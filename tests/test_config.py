@@ -95,6 +95,8 @@ BAD_CASES = [
     ({"backends": {"b": {"url": "not a url"}}}, r"backends.b.url: 'not a url' is not a URL"),
     ({"backends": {"b": {}}}, r"backends.b.url: is required"),
     ({"default": "nope", "generators": {"g": {"allocator": "static"}}}, r"default: unknown generator 'nope'"),
+    ({"generators": {"g": {"allocator": {"type": "sql", "heartbeat": "2h"}}}}, r"generators.g.allocator.heartbeat: heartbeat \(2h\) must be shorter"),
+    ({"generators": {"g": {"strategy": "segment", "key": "k", "stor": {}}}}, r"generators.g.stor: unknown key;.* store.*did you mean 'store'"),
     # TOML has inf and nan: a duration must be a finite number
     ({"generators": {"g": {"clock": {"type": "system", "max_backward": float("inf")}, "allocator": "static"}}}, r"generators.g.clock.max_backward: .*finite"),
     ({"generators": {"g": {"allocator": "static", "max_start_wait": float("inf")}}}, r"generators.g.max_start_wait: .*finite"),
@@ -159,3 +161,24 @@ def test_first_use_from_many_threads_takes_one_lease(tmp_path, host):
         assert set(seen) == {0} and [r.state for r in records] == ["held"]
     finally:
         kit.close()
+
+
+def test_duplicate_name_blames_the_third_party_plugin():
+    """A plugin that registers a built-in's name is the one to disable."""
+    from flakekit import hookimpl
+    from flakekit.errors import DuplicateRegistrationError
+    from flakekit.host import PluginHost
+
+    class Clash:
+        @hookimpl
+        def flakekit_register_layouts(self, register):
+            from flakekit.builtin.layouts import SNOWFLAKE
+
+            register("snowflake", SNOWFLAKE)
+
+    with pytest.raises(DuplicateRegistrationError, match="FLAKEKIT_DISABLE_PLUGINS=clash"):
+        PluginHost().load(entrypoints=False).register(Clash(), name="clash")
+    # loaded before the built-ins (as entry points are), it is still the one named
+    with pytest.raises(DuplicateRegistrationError) as info:
+        PluginHost().load(entrypoints=False, extra=[Clash()])
+    assert "FLAKEKIT_DISABLE_PLUGINS=flakekit.builtin" not in str(info.value)

@@ -287,7 +287,9 @@ def workers_release(ctx: click.Context, worker_id: int, config_path: str | None,
             )
         except DBAPIError as exc:
             raise _db_error(exc) from None
-        except (LookupError, RuntimeError) as exc:
+        except LookupError as exc:  # no such worker: wrong input (exit 2)
+            raise ConfigError("WORKER_ID", str(exc)) from None
+        except RuntimeError as exc:
             raise _OperatorError(str(exc)) from None
     finally:
         pool.dispose()
