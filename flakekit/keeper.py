@@ -160,7 +160,8 @@ class LeaseKeeper:
         try:
             new = self.allocator.renew(lease, target.issued_until_ns())
         except LeaseLostError as exc:
-            self._lose(lease, str(exc))
+            if self.lease is lease:  # a stale renewal must not revoke a newer lease
+                self._lose(lease, str(exc))
             return False
         except Exception as exc:
             self.renew_failures += 1

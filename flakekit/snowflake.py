@@ -286,7 +286,9 @@ class SnowflakeGenerator:
                         )
                     while wall() < lease.not_before_ns:
                         clock.sleep(max(lease.not_before_ns - wall(), 1_000) / 1e9)
-                    floor = max(floor, (lease.not_before_ns - epoch_ns - 1) // unit)
+                    # the tick containing the mark is used up: while held, the mark is
+                    # the holder's last permitted instant (its deadline is inclusive)
+                    floor = max(floor, (lease.not_before_ns - epoch_ns) // unit)
                 closed = open_tick(floor, seq_top + 1)   # exhausted: next draw opens a tick
                 closed.limit = -1
                 self._error, self._reason = LeaseExpiredError, (

@@ -96,6 +96,7 @@ BAD_CASES = [
     ({"backends": {"b": {}}}, r"backends.b.url: is required"),
     ({"default": "nope", "generators": {"g": {"allocator": "static"}}}, r"default: unknown generator 'nope'"),
     ({"generators": {"g": {"allocator": {"type": "sql", "heartbeat": "2h"}}}}, r"generators.g.allocator.heartbeat: heartbeat \(2h\) must be shorter"),
+    ({"generators": {"g": {"allocator": {"type": "sql", "safety_window": 0}}}}, r"generators.g.allocator.safety_window: safety_window must be at least 10ms"),
     ({"generators": {"g": {"strategy": "segment", "key": "k", "stor": {}}}}, r"generators.g.stor: unknown key;.* store.*did you mean 'store'"),
     # TOML has inf and nan: a duration must be a finite number
     ({"generators": {"g": {"clock": {"type": "system", "max_backward": float("inf")}, "allocator": "static"}}}, r"generators.g.clock.max_backward: .*finite"),

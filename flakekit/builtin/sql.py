@@ -92,7 +92,8 @@ class SqlAllocatorSettings:
     heartbeat: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
     reclaim_after: tuple[int, ...] = attrs.field(
         default=("7d", "1d", "1h"), converter=_tiers)
-    safety_window: int = attrs.field(default="5s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
+    safety_window: int = attrs.field(default="5s", converter=parse_duration_ns,  # type: ignore[assignment]  # converted
+                                     validator=lambda _s, _a, v: _at_least_10ms(int(v)))
     create_schema: bool | None = attrs.field(default=None, validator=optional(instance_of(bool)))
     max_start_wait: int = attrs.field(default="10s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
 
@@ -105,6 +106,15 @@ class SqlAllocatorSettings:
                 f"({format_unit(self.safety_window)}), or every lease lapses between "
                 "heartbeats"
             )
+
+
+def _at_least_10ms(value: int) -> None:
+    if value < 10_000_000:
+        raise ValueError(
+            f"safety_window must be at least 10ms (it absorbs clock-rate differences between "
+            f"this node and the database over a lease, and SQLite's millisecond "
+            f"timestamps); got {format_unit(value)}"
+        )
 
 
 def build_sql_allocator(settings: SqlAllocatorSettings | None, ctx: BuildContext) -> Any:
