@@ -33,7 +33,7 @@ class LeaseTarget(Protocol):
     """The generator side of a lease (implemented by SnowflakeGenerator)."""
 
     def bind(self, lease: WorkerLease) -> None: ...
-    def extend(self, deadline_ns: int | None) -> None: ...
+    def extend(self, deadline_ns: int | None, stamp_until_ns: int | None = None) -> None: ...
     def revoke(self, reason: str) -> None: ...
     def issued_until_ns(self) -> int: ...
 
@@ -176,7 +176,7 @@ class LeaseKeeper:
                 return False
             self.lease = new
             self.renewals += 1
-            target.extend(new.deadline_ns)
+            target.extend(new.deadline_ns, new.stamp_until_ns)
         self.events.lease_renewed(self.request.generator, new)
         return True
 

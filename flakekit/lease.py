@@ -48,6 +48,9 @@ class WorkerLease:
         deadline_ns: monotonic ns after which no ID may be issued; ``None`` for "never".
         not_before_ns: wall ns (Unix) before which no ID may be stamped, because an
             earlier holder of this id issued IDs up to it (the persisted high-water mark).
+        stamp_until_ns: wall ns after which this holder may not stamp an ID: the mark
+            the allocator persisted for a successor to wait past. It only matters when the
+            wall clock can jump forward (the ``system`` clock); ``None``: no bound.
         extra: node fields other than the worker (e.g. ``{"region": 1}``).
     """
 
@@ -58,6 +61,7 @@ class WorkerLease:
     deadline_ns: int | None = None
     not_before_ns: int = 0
     extra: dict[str, int] = attrs.field(factory=dict)
+    stamp_until_ns: int | None = None
 
 
 @attrs.frozen

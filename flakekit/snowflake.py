@@ -140,7 +140,11 @@ class SnowflakeGenerator:
 
         state = _Tick(-1, 0, 0, -1, step)   # closed: every draw goes to _slow
         deadline = -1                      # monotonic ns; -1: not started / revoked
+        last_tick = _NEVER                 # the lease's last tick (its stamp_until)
         node = 0
+
+        def tick_bound(stamp_until_ns: int | None) -> int:
+            return _NEVER if stamp_until_ns is None else (stamp_until_ns - epoch_ns) // unit
 
         if offset is not None:
             shift = offset - epoch_ns
@@ -178,6 +182,15 @@ class SnowflakeGenerator:
         def open_tick(t: int, first: int = 0) -> _Tick:
             """Close the current tick's counter and install a new one (under the lock)."""
             nonlocal state
+            if t > last_tick:
+                # the wall clock ran ahead of what the lease lets this holder stamp (it
+                # jumped forward); a renewal moves the bound on
+                raise LeaseExpiredError(
+                    f"{name}: the clock ({clock.name}) reads past the last instant the "
+                    f"lease allows stamping ({layout.time_of_tick(last_tick).isoformat()}); "
+                    "it jumped forward since the last renewal. IDs resume after the next "
+                    "one"
+                )
             if t > time_max:
                 raise TimeOverflowError(
                     f"layout {layout.name!r}: the time field is full since "
@@ -268,8 +281,9 @@ class SnowflakeGenerator:
             return IdBatch(ranges)
 
         def bind(lease: WorkerLease) -> None:
-            nonlocal node, deadline
+            nonlocal node, deadline, last_tick
             with lock:
+                last_tick = tick_bound(lease.stamp_until_ns)
                 worker = layout.check_part(layout.worker_field, lease.worker_id)  # type: ignore[arg-type]
                 extra = {k: v for k, v in lease.extra.items() if k != layout.worker_field}
                 node = (self._fixed_nodes | layout.node_value(extra)
@@ -297,8 +311,9 @@ class SnowflakeGenerator:
                 )
                 deadline = _NEVER if lease.deadline_ns is None else lease.deadline_ns
 
-        def extend(new_deadline: int | None) -> None:
-            nonlocal deadline
+        def extend(new_deadline: int | None, stamp_until_ns: int | None = None) -> None:
+            nonlocal deadline, last_tick
+            last_tick = tick_bound(stamp_until_ns)
             deadline = _NEVER if new_deadline is None else new_deadline
 
         def revoke(reason: str, error: type[Exception] = LeaseLostError) -> None:

@@ -57,7 +57,8 @@ class LeasedAllocator:
     def acquire(self, request: LeaseRequest) -> WorkerLease:
         self.acquired += 1
         return WorkerLease(self.worker + self.acquired - 1, self.acquired, "t", 1.0,
-                           self.clock.monotonic_ns() + self.ttl_ns, self.not_before_ns)
+                           self.clock.monotonic_ns() + self.ttl_ns, self.not_before_ns,
+                           stamp_until_ns=self.clock.time_ns() + self.ttl_ns)
 
     def watch(self, callback) -> None:
         self.pushed = callback
@@ -67,7 +68,8 @@ class LeasedAllocator:
             raise self.fail
         if callable(self.during_renew):
             self.during_renew(lease)
-        return attrs.evolve(lease, deadline_ns=self.clock.monotonic_ns() + self.ttl_ns)
+        return attrs.evolve(lease, deadline_ns=self.clock.monotonic_ns() + self.ttl_ns,
+                            stamp_until_ns=self.clock.time_ns() + self.ttl_ns)
 
     def release(self, lease: WorkerLease, issued_until_ns: int) -> None:
         self.released.append(issued_until_ns)
@@ -237,6 +239,25 @@ class TestLease:
             assert gen.next_id()
         finally:
             gen.close()
+
+    def test_wall_clock_jump_past_the_lease_bound_is_refused(self):
+        """A wall clock that jumps forward (system clock) may not stamp IDs past the mark
+        the allocator persisted for a successor; the next renewal moves the bound on."""
+        clock = ManualClock()
+        alloc = LeasedAllocator(clock)
+        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        before = gen.next_id()
+        clock.step(5.0)  # wall jumps 5 s ahead; monotonic time (the deadline) is fine
+        with pytest.raises(LeaseExpiredError, match="jumped forward"):
+            gen.next_id()
+        with pytest.raises(LeaseExpiredError, match="jumped forward"):
+            gen.next_ids(10)
+        assert gen.keeper.renew_once()
+        after = gen.next_id()
+        assert after > before
+        assert SNOWFLAKE.timestamp(after) <= SNOWFLAKE.time_of_tick(
+            SNOWFLAKE.tick(gen.lease.stamp_until_ns))
+        gen.close()
 
     def test_renewal_failure_keeps_old_deadline(self):
         """A failed renewal counts, and IDs flow until the old deadline only."""

@@ -313,6 +313,7 @@ class SqlWorkerAllocator:
         return WorkerLease(
             worker_id=worker_id, epoch=version, holder=token, ttl=self.lease_ns / NS,
             deadline_ns=send_mono + self.lease_ns, not_before_ns=issued_until,
+            stamp_until_ns=max(bound, issued_until),  # what the row now holds
         )
 
     def _check_wait(self, row: tuple[int, int, int], how: str) -> None:
@@ -492,7 +493,7 @@ class SqlWorkerAllocator:
             ) from None
         if not done:
             self._lost(lease, current)
-        return attrs.evolve(lease, deadline_ns=send_mono + self.lease_ns)
+        return attrs.evolve(lease, deadline_ns=send_mono + self.lease_ns, stamp_until_ns=bound)
 
     def _ours(self, lease: WorkerLease) -> list[ColumnElement[bool]]:
         return [_t.service == self.service, _t.machine_id == lease.worker_id,

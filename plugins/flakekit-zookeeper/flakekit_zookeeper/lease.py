@@ -289,6 +289,7 @@ class LeaseAllocator:
             worker_id=wid, epoch=epoch, holder=f"{self._holder} session 0x{session:x}",
             ttl=session_ms / 1000, deadline_ns=t0 + lease_ms * 1_000_000,
             not_before_ns=(node.issued_until_ms if node else 0) * 1_000_000,
+            stamp_until_ns=bound * 1_000_000,
         )
 
     # -- renew / release -------------------------------------------------------------------
@@ -325,7 +326,8 @@ class LeaseAllocator:
             if conn.session_id != session:  # expired while we talked
                 raise LeaseLostError(f"ZooKeeper session 0x{session:x} expired")
             self._version = st.version
-            return attrs.evolve(lease, deadline_ns=t0 + self._lease_ms * 1_000_000)
+            return attrs.evolve(lease, deadline_ns=t0 + self._lease_ms * 1_000_000,
+                                stamp_until_ns=until * 1_000_000)
 
     def release(self, lease: WorkerLease, issued_until_ns: int) -> None:
         """Mark the id released (its quarantine starts now) and drop the claim."""
