@@ -10,7 +10,9 @@ repeat has run for the target time. IDs/s is (IDs made) / (wall time); best and 
 over the repeats. flakekit's IDs from the timed runs are checked for duplicates (and for
 order: one thread, so they must strictly increase).
 
-The peers come from the ``benchmarks`` extra: ``pip install -e ".[benchmarks]"``.
+The peers come from the ``benchmarks`` extra: ``pip install -e ".[benchmarks]"``
+(flakeid, snowflake-id, sonyflake, sonyflake-turbo, uuid-utils, python-ulid); one that is
+missing is skipped with a note.
 """
 
 from __future__ import annotations
@@ -119,8 +121,8 @@ def run(
 def bench(repeats: int, seconds: float) -> list[Result]:
     from flakekit.builtin.layouts import SNOWFLAKE
     from flakekit.builtin.static import StaticAllocator, StaticSettings
-    from flakekit.clock import MonotonicClock
-    from flakekit.snowflake import SnowflakeGenerator
+    from flakekit.generators.snowflake import SnowflakeGenerator
+    from flakekit.values.clock import MonotonicClock
 
     results = []
     opts = {"repeats": repeats, "seconds": seconds}
@@ -161,7 +163,7 @@ def bench(repeats: int, seconds: float) -> list[Result]:
     try:
         import flakeid
     except ImportError:
-        print("flakeid not installed (pip install -e '.[benchmarks]'); skipped", file=sys.stderr)
+        skipped("flakeid")
     else:
         fgen = flakeid.make_generator(flakeid.PRESET_TWITTER)
         results.append(run("flakeid make_generator(PRESET_TWITTER).next_id", fgen.next_id,
@@ -175,7 +177,7 @@ def bench(repeats: int, seconds: float) -> list[Result]:
     try:
         from snowflake import SnowflakeGenerator as SnowflakeIdGenerator
     except ImportError:
-        print("snowflake-id not installed; skipped", file=sys.stderr)
+        skipped("snowflake-id")
     else:
         sgen = SnowflakeIdGenerator(1)
         counted = {"none": 0}
@@ -193,7 +195,7 @@ def bench(repeats: int, seconds: float) -> list[Result]:
     try:
         from sonyflake import Sonyflake
     except ImportError:
-        print("sonyflake not installed; skipped", file=sys.stderr)
+        skipped("sonyflake")
     else:
         sony = Sonyflake(start_time=dt.datetime(2014, 9, 1, tzinfo=dt.UTC),
                          machine_id=1)
@@ -201,7 +203,51 @@ def bench(repeats: int, seconds: float) -> list[Result]:
             "sonyflake Sonyflake(...).next_id (default 39/8/16, 10 ms)", sony.next_id,
             cap=25_600, note="cap-bound: 256 IDs per 10 ms, then it sleeps", **opts,
         ))
+
+    # -- sonyflake-turbo (C) -------------------------------------------------------------
+    try:
+        from sonyflake_turbo import SonyFlake as TurboSonyFlake
+    except ImportError:
+        skipped("sonyflake-turbo")
+    else:
+        turbo = TurboSonyFlake(*range(64), start_time=1409529600)  # 2014-09-01, Sony's epoch
+        results.append(run(
+            "sonyflake-turbo SonyFlake(64 machine ids) next()", turbo.__next__,
+            cap=64 * 25_600, note="C extension; moves to the next machine id when a tick's "
+            "256 are used, so its cap is 64 x 25,600", **opts,
+        ))
+        results.append(run("sonyflake-turbo sf(1000)", turbo, arg=1000, per_call=1000,
+                           cap=64 * 25_600, note="a list of 1,000 ints per call", **opts))
+
+    # -- uuid-utils (Rust) ---------------------------------------------------------------
+    try:
+        import uuid_utils
+    except ImportError:
+        skipped("uuid-utils")
+    else:
+        results.append(run("uuid-utils uuid7()", uuid_utils.uuid7, cap=None,
+                           note="Rust; 128-bit UUIDv7 objects, no worker id to coordinate",
+                           **opts))
+
+    # -- python-ulid ---------------------------------------------------------------------
+    try:
+        from ulid import ULID
+    except ImportError:
+        skipped("python-ulid")
+    else:
+        results.append(run("python-ulid ULID()", ULID, cap=None,
+                           note="128-bit ULID objects (48-bit ms + 80 random bits)", **opts))
     return results
+
+
+def skipped(peer: str) -> None:
+    """A missing peer is left out of the table with a note (``pip install -e '.[benchmarks]'``)."""
+    print(f"{peer} not installed (pip install -e '.[benchmarks]'); skipped", file=sys.stderr)
+    SKIPPED.append(peer)
+
+
+#: peers that were not installed in this run (the report says so)
+SKIPPED: list[str] = []
 
 
 def fmt_rate(value: float | None) -> str:
@@ -253,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({
             "python": sys.version.split()[0], "machine": platform.machine(),
-            "repeats": repeats, "seconds": seconds,
+            "repeats": repeats, "seconds": seconds, "skipped": SKIPPED,
             "results": [{"name": r.name, "best": r.best, "median": r.median,
                          "ns_per_id": 1e9 / r.best, "rates": r.rates, "cap": r.cap,
                          "checked": r.checked, "note": r.note} for r in results],

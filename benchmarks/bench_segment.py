@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_segment.py                   # SQLite file + PostgreSQL proxy
     .venv/bin/python benchmarks/bench_segment.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
+    .venv/bin/python benchmarks/bench_segment.py --quick --json      # fewer calls, JSON out
 
 1. ``next_id()`` and ``next_ids(1000)`` IDs/s in one thread (segment vs snowflake).
 2. ``next_id()`` p50/p99/p99.9/max while every database round trip takes +50 ms (a
@@ -13,8 +14,7 @@
 from __future__ import annotations
 
 import argparse
-import os
-import sys
+import json
 import tempfile
 import time
 import uuid
@@ -22,11 +22,17 @@ import uuid
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from flakekit.api import snowflake as snowflake_generator
+from flakekit.generators.segment import SegmentGenerator, SegmentSettings
+from flakekit.sql.leaf import SqlSegmentStore
 
-from flakekit.api import snowflake as snowflake_generator  # noqa: E402
-from flakekit.segment import SegmentGenerator, SegmentSettings  # noqa: E402
-from flakekit.sql.leaf import SqlSegmentStore  # noqa: E402
+#: print tables unless --json (then one JSON document at the end)
+QUIET = False
+
+
+def say(*args: object) -> None:
+    if not QUIET:
+        print(*args)
 
 
 def rate(fn, n: int) -> float:
@@ -67,7 +73,7 @@ def fresh_database(admin_url: str) -> tuple[str, callable]:
     return url.set(database=name).render_as_string(hide_password=False), drop
 
 
-def throughput(n: int) -> None:
+def throughput(n: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         store = SqlSegmentStore(create_engine(f"sqlite:///{tmp}/bench.db"))
         store.create("bench", 1_000_000)
@@ -82,19 +88,20 @@ def throughput(n: int) -> None:
         gen.close()
         snow.close()
         store.engine.dispose()
-    print(f"throughput, one thread, {n:,} calls (best of 3):")
+    say(f"throughput, one thread, {n:,} calls (best of 3):")
     for name, value in results.items():
-        print(f"  {name:26s} {value / 1e6:8.2f} M IDs/s")
-    print(f"  segment / snowflake next_id(): "
-          f"{results['segment next_id()'] / results['snowflake next_id()']:.2f}x")
+        say(f"  {name:26s} {value / 1e6:8.2f} M IDs/s")
+    say(f"  segment / snowflake next_id(): "
+        f"{results['segment next_id()'] / results['snowflake next_id()']:.2f}x")
+    return results
 
 
 def percentile(sorted_ns: list[int], p: float) -> float:
     return sorted_ns[min(len(sorted_ns) - 1, int(len(sorted_ns) * p))] / 1e3
 
 
-def latency(admin_url: str, n: int, step: int, delay: float, max_step: int) -> None:
-    from proxy import TcpProxy
+def latency(admin_url: str, n: int, step: int, delay: float, max_step: int) -> dict:
+    from flakekit.testing.proxy import TcpProxy
 
     url, drop = fresh_database(admin_url)
     try:
@@ -125,14 +132,20 @@ def latency(admin_url: str, n: int, step: int, delay: float, max_step: int) -> N
     finally:
         drop()
     backend = make_url(admin_url).get_backend_name()
-    print(f"\nnext_id() latency, {n:,} calls, {backend} behind a proxy adding {delay * 1000:.0f} ms "
-          f"per round trip (table step {step:,}, max_step {max_step:,}):")
-    print(f"  {'':10s} {'p50 µs':>8s} {'p99 µs':>8s} {'p99.9 µs':>9s} {'max µs':>10s}")
+    say(f"\nnext_id() latency, {n:,} calls, {backend} behind a proxy adding {delay * 1000:.0f} ms "
+        f"per round trip (table step {step:,}, max_step {max_step:,}):")
+    say(f"  {'':10s} {'p50 µs':>8s} {'p99 µs':>8s} {'p99.9 µs':>9s} {'max µs':>10s}")
+    out: dict = {"backend": backend, "calls": n, "delay_ms": delay * 1000, "step": step,
+                 "max_step": max_step, "fetches": stats.fetches,
+                 "fetch_ms_mean": stats.fetch_ms_mean, "waits": stats.waits, "latency_us": {}}
     for name, samples in report.items():
-        print(f"  {name:10s} {percentile(samples, .5):8.2f} {percentile(samples, .99):8.2f} "
-              f"{percentile(samples, .999):9.2f} {samples[-1] / 1e3:10.1f}")
-    print(f"  segment fetches {stats['fetches']}, mean fetch {stats['fetch_ms_mean']:.1f} ms, "
-          f"calls that waited for a refill: {stats['waits']}")
+        say(f"  {name:10s} {percentile(samples, .5):8.2f} {percentile(samples, .99):8.2f} "
+            f"{percentile(samples, .999):9.2f} {samples[-1] / 1e3:10.1f}")
+        out["latency_us"][name] = {"p50": percentile(samples, .5), "p99": percentile(samples, .99),
+                                   "p99.9": percentile(samples, .999), "max": samples[-1] / 1e3}
+    say(f"  segment fetches {stats.fetches}, mean fetch {stats.fetch_ms_mean:.1f} ms, "
+        f"calls that waited for a refill: {stats.waits}")
+    return out
 
 
 def main() -> None:
@@ -147,10 +160,19 @@ def main() -> None:
                         help="cap of the dynamic step (Leaf's 1,000,000 cannot keep up with "
                         "~7M IDs/s when a fetch takes 200 ms)")
     parser.add_argument("--delay-ms", type=float, default=50)
+    parser.add_argument("--quick", action="store_true", help="500,000 calls per run, not millions")
+    parser.add_argument("--json", action="store_true", help="print one JSON document, no tables")
     args = parser.parse_args()
-    throughput(args.n)
+    global QUIET
+    QUIET = args.json
+    if args.quick:
+        args.n, args.latency_n = min(args.n, 500_000), min(args.latency_n, 500_000)
+    data: dict = {"throughput_ids_per_s": throughput(args.n)}
     if args.url:
-        latency(args.url, args.latency_n, args.step, args.delay_ms / 1000, args.max_step)
+        data["latency"] = latency(args.url, args.latency_n, args.step, args.delay_ms / 1000,
+                                  args.max_step)
+    if args.json:
+        print(json.dumps(data, indent=2))
 
 
 if __name__ == "__main__":

@@ -14,11 +14,21 @@ SQLite file), then runs wrk (Debian's ``wrk``; ``apt-get install wrk``):
 The uvicorn stack serves the very same :class:`IdService` through a minimal ASGI app
 (uvicorn with httptools and uvloop, ``--workers N``), so the difference is the transport.
 Every number printed comes from wrk in this run.
+
+``--mixed`` (no wrk needed) measures what a large batch costs the single-ID requests
+beside it: one server process; single IDs paced at ``--mixed-rate`` from threads of this
+process on keep-alive connections, while ``--mixed-batchers`` client processes ask for
+100,000 IDs at a time; the single-ID p50/p99/p99.9 with the batches made on the event loop
+in one piece (``before``, ``--offload-count 0``), drawn in a worker thread and encoded on
+the loop in slices (``after``, the default), and alone::
+
+    .venv/bin/python benchmarks/bench_server.py --mixed --duration 10
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import math
 import os
@@ -28,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -41,9 +52,9 @@ LUA = textwrap.dedent("""
     if d > 0 then delay = function() return d end end
     done = function(summary, latency, requests)
       local e = summary.errors
-      io.write(string.format("FKSTAT %d %d %d %d %d %d %d\\n", summary.requests, summary.duration,
+      io.write(string.format("FKSTAT %d %d %d %d %d %d %d %d\\n", summary.requests, summary.duration,
         e.connect + e.read + e.write + e.timeout, e.status,
-        latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
+        latency:percentile(50), latency:percentile(99), latency:percentile(99.9), latency.max))
     end
 """)
 
@@ -115,9 +126,10 @@ def wrk(url: str, *, threads: int, connections: int, duration: float, script: Pa
         capture_output=True, text=True, env=env, timeout=duration + 60,
     ).stdout
     line = next(ln for ln in out.splitlines() if ln.startswith("FKSTAT"))
-    requests, duration_us, errors, non2xx, p50, p99, p999 = map(int, line.split()[1:])
+    requests, duration_us, errors, non2xx, p50, p99, p999, top = map(int, line.split()[1:])
     return {"requests": requests, "rps": requests / (duration_us / 1e6), "errors": errors,
-            "non2xx": non2xx, "p50_ms": p50 / 1e3, "p99_ms": p99 / 1e3, "p999_ms": p999 / 1e3}
+            "non2xx": non2xx, "p50_ms": p50 / 1e3, "p99_ms": p99 / 1e3, "p999_ms": p999 / 1e3,
+            "max_ms": top / 1e3}
 
 
 def bench(stack: str, args, config: Path, script: Path, log) -> dict:
@@ -147,6 +159,129 @@ def bench(stack: str, args, config: Path, script: Path, log) -> dict:
     return {"stack": stack, "full": full, "paced": paced, "paced_connections": conns, "batch": batch}
 
 
+# -- --mixed: single IDs beside 100k batches, batches on the loop vs in a thread ----------------
+def _single_client(port: int, interval: float, stop: threading.Event, out: list[float]) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    next_at = time.perf_counter()
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        conn.request("GET", "/api/snowflake/get/orders")
+        resp = conn.getresponse()
+        resp.read()
+        out.append(time.perf_counter() - t0)
+        if resp.status != 200:
+            raise SystemExit(f"single-ID request answered {resp.status}")
+        next_at += interval
+        delay = next_at - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        else:
+            next_at = time.perf_counter()
+
+
+def _batch_client(port: int, count: int, until: float, queue) -> None:
+    """In a process of its own (the single-ID clients' GIL is not shared): asks for
+    ``count`` IDs at a time until ``until`` (perf_counter), reports the latencies."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    out: list[float] = []
+    while time.perf_counter() < until:
+        t0 = time.perf_counter()
+        conn.request("GET", f"/api/v1/next/orders?count={count}")
+        resp = conn.getresponse()
+        resp.read()
+        out.append(time.perf_counter() - t0)
+        if resp.status != 200:
+            raise SystemExit(f"batch request answered {resp.status}")
+    queue.put(out)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3 if ordered else float("nan")
+
+
+def mixed_run(config: Path, port: int, offload: int | None, args, log, batchers: int,
+              script: Path | None) -> dict:
+    env = {**os.environ}
+    cmd = [FLAKEKIT, "serve", "--config", str(config), "--port", str(port),
+           "--max-count", str(args.mixed_batch)]
+    if offload is not None:
+        cmd += ["--offload-count", str(offload)]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
+    try:
+        wait_up(port)
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")   # before any client thread starts
+        queue = ctx.Queue()
+        until = time.perf_counter() + 1.0 + args.duration
+        procs = [ctx.Process(target=_batch_client, args=(port, args.mixed_batch, until, queue))
+                 for _ in range(batchers)]
+        for p in procs:
+            p.start()
+        interval = args.mixed_clients / args.mixed_rate
+        if script is not None:   # wrk: a C client, so the client's own GIL is not measured
+            time.sleep(1.0)                   # warm-up, not counted
+            got = wrk(f"http://127.0.0.1:{port}/api/snowflake/get/orders", threads=1,
+                      connections=args.mixed_clients, duration=args.duration, script=script,
+                      delay_ms=round(interval * 1e3))
+            single = {"singles": got["requests"], "rps": got["rps"], "p50_ms": got["p50_ms"],
+                      "p99_ms": got["p99_ms"], "p999_ms": got["p999_ms"],
+                      "max_ms": got["max_ms"]}
+        else:
+            stop = threading.Event()
+            singles: list[list[float]] = [[] for _ in range(args.mixed_clients)]
+            threads = [threading.Thread(target=_single_client, args=(port, interval, stop, out),
+                                        daemon=True) for out in singles]
+            for t in threads:
+                t.start()
+            time.sleep(1.0)                   # warm-up, not counted
+            for out in singles:
+                out.clear()
+            time.sleep(args.duration)
+            stop.set()
+            for t in threads:
+                t.join(60)
+            lat = [x for out in singles for x in out]
+            single = {"singles": len(lat), "rps": len(lat) / args.duration,
+                      "p50_ms": _pct(lat, 0.50), "p99_ms": _pct(lat, 0.99),
+                      "p999_ms": _pct(lat, 0.999),
+                      "max_ms": max(lat) * 1e3 if lat else float("nan")}
+        blat = [x for _ in procs for x in queue.get(timeout=120)]
+        for p in procs:
+            p.join(30)
+        return {**single, "batches": len(blat), "batch_p50_ms": _pct(blat, 0.50)}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+
+
+def mixed(args, config: Path, log) -> None:
+    runs = [("alone", None, 0), ("before", 0, args.mixed_batchers),
+            ("after", None, args.mixed_batchers)]
+    script = None
+    if shutil.which("wrk") is not None:
+        script = config.with_name("stats.lua")
+        script.write_text(LUA)
+    results = [(name, mixed_run(config, args.port, offload, args, log, batchers, script))
+               for name, offload, batchers in runs]
+    cores = len(os.sched_getaffinity(0))
+    client = "wrk with a think time of" if script else "Python threads paced at"
+    print(f"single IDs from {client} {args.mixed_clients / args.mixed_rate * 1e3:g} ms per "
+          f"connection (about {args.mixed_rate} req/s over {args.mixed_clients} connections), "
+          f"beside {args.mixed_batchers} client(s) asking for {args.mixed_batch:,} IDs at a time; "
+          f"1 server process, {cores} cores, {args.duration:g} s per run")
+    print(f"{'run':<8} {'batches':<22} {'singles/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
+          f"{'p99.9 ms':>8} {'max ms':>7} | {'batches':>7} {'batch p50 ms':>12}")
+    label = {"alone": "none", "before": "on the loop, whole", "after": "off the loop, sliced"}
+    for name, r in results:
+        print(f"{name:<8} {label[name]:<22} {r['rps']:>9,.0f} {r['p50_ms']:>7.2f} "
+              f"{r['p99_ms']:>7.2f} {r['p999_ms']:>8.2f} {r['max_ms']:>7.1f} | "
+              f"{r['batches']:>7} {r['batch_p50_ms']:>12.1f}")
+    if args.json:
+        print(json.dumps(dict(results), indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="server processes (default 2)")
@@ -159,7 +294,25 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--stacks", default="flakekit,uvicorn")
     parser.add_argument("--json", action="store_true", help="print JSON too")
+    parser.add_argument("--mixed", action="store_true",
+                        help="single-ID latency beside 100k batches, before/after offloading")
+    parser.add_argument("--mixed-rate", type=int, default=2000, help="paced single IDs, req/s")
+    parser.add_argument("--mixed-clients", type=int, default=8)
+    parser.add_argument("--mixed-batchers", type=int, default=2)
+    parser.add_argument("--mixed-batch", type=int, default=100_000)
     args = parser.parse_args()
+    if args.mixed:
+        tmp = Path(tempfile.mkdtemp(prefix="fk-bench-server-"))
+        try:
+            config = tmp / "flakekit.toml"
+            config.write_text(f'[backends.main]\nurl = "sqlite:///{tmp / "ids.db"}"\n\n'
+                              '[generators.orders]\nstrategy = "snowflake"\n'
+                              'allocator = { type = "sql", backend = "main" }\n')
+            with open(tmp / "server.log", "wb") as log:
+                mixed(args, config, log)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
 

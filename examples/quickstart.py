@@ -59,7 +59,7 @@ with tempfile.TemporaryDirectory() as tmp:
         order_id = orders.next_id()
         print("orders id:   ", order_id, kit.config.layouts["orders-layout"].decompose(order_id))
         print("audit ids:   ", list(kit["audit"].next_ids(3)))
-        print("orders stats:", orders.stats())
+        print("orders stats:", orders.stats().as_dict())
 
 # 5. Bad input gets one clear error naming the field.
 try:

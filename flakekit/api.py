@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from flakekit.host import get_host
+from flakekit.pluginhost.host import get_host
 
 if TYPE_CHECKING:
-    from flakekit.kit import Kit
-    from flakekit.layout import BitLayout
-    from flakekit.snowflake import SnowflakeGenerator
+    from flakekit.assembly.kit import Kit
+    from flakekit.generators.snowflake import SnowflakeGenerator
+    from flakekit.values.layout import BitLayout
 
 __all__ = ["layout", "load", "snowflake"]
 
@@ -29,9 +29,9 @@ def snowflake(
     The worker id defaults to ``$FLAKEKIT_WORKER_ID``. You must make sure no other live
     process uses the same id; use :func:`load` with a ``sql`` allocator to lease one.
     """
+    from flakekit.assembly.kit import build_clock
     from flakekit.builtin.static import StaticAllocator, StaticSettings
-    from flakekit.kit import build_clock
-    from flakekit.snowflake import SnowflakeGenerator
+    from flakekit.generators.snowflake import SnowflakeGenerator
 
     host = get_host()
     the_layout = host.layout(layout, "layout")
@@ -44,8 +44,13 @@ def snowflake(
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Kit:
-    """Build every generator of a config file (``None``: the embedded SQLite default)."""
-    from flakekit.config import load_config
-    from flakekit.kit import build_kit
+    """Build every generator of a config file.
 
-    return build_kit(load_config(path), get_host())
+    With no ``path``, the same lookup as the CLI: ``$FLAKEKIT_CONFIG``, else
+    ``./flakekit.toml`` if present, else the embedded default (a SQLite registry in the
+    user's state directory).
+    """
+    from flakekit.assembly.config import find_config, load_config
+    from flakekit.assembly.kit import build_kit
+
+    return build_kit(load_config(find_config(path).path), get_host())

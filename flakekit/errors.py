@@ -12,20 +12,35 @@ from collections.abc import Iterable
 
 __all__ = [
     "BackendError",
+    "ClientConfigError",
+    "ClientConnectionError",
+    "ClientError",
+    "ClientRefusedError",
+    "ClientUnavailableError",
     "ClockMovedBackwardsError",
+    "ClusterError",
+    "ClusterUnavailableError",
     "ConfigError",
+    "ContractError",
     "DuplicateRegistrationError",
+    "FenceError",
+    "FieldError",
     "FlakekitError",
     "ForkedProcessError",
+    "PluginLoadError",
     "InvalidIdError",
+    "KeyMovingError",
     "LayoutError",
     "LeaseError",
     "LeaseExpiredError",
     "LeaseLostError",
+    "NotOwnerError",
     "NotStartedError",
     "PartValueError",
     "SchemaError",
+    "SegmentRowError",
     "SegmentUnavailableError",
+    "StaleOwnerEpochError",
     "TimeOverflowError",
     "UnknownKeyError",
     "UnknownNameError",
@@ -49,8 +64,20 @@ class ConfigError(FlakekitError, ValueError):
     """A configuration value is wrong; ``path`` is the dotted path of the field."""
 
     def __init__(self, path: str, message: str) -> None:
-        self.path = path
+        self.path, self.message = path, message
         super().__init__(f"{path}: {message}" if path else message)
+
+
+class FieldError(FlakekitError, ValueError):
+    """A check across settings fields failed; ``field`` names the one to fix.
+
+    Raised from ``__attrs_post_init__`` so that building the settings reports
+    ``path.field: message`` without reading the field name out of the message.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field, self.message = field, message
+        super().__init__(message)
 
 
 class UnknownNameError(ConfigError, LookupError):
@@ -65,7 +92,7 @@ class UnknownNameError(ConfigError, LookupError):
         )
 
     def __str__(self) -> str:  # KeyError-style quoting would hide the message
-        return self.args[0]
+        return str(self.args[0])
 
 
 class DuplicateRegistrationError(FlakekitError):
@@ -81,11 +108,31 @@ class DuplicateRegistrationError(FlakekitError):
         )
 
 
+class ContractError(ConfigError, TypeError):
+    """A plugin's factory returned an object that does not meet its contract."""
+
+    def __init__(
+        self, path: str, kind: str, name: str, origin: str, got: str, contract: str,
+        missing: list[str],
+    ) -> None:
+        self.kind, self.name, self.origin, self.missing = kind, name, origin, missing
+        lacks = f"lacks {', '.join(missing)}" if missing else "does not match it"
+        super().__init__(path, f"{kind} {name!r} from {origin} returned {got}, which is not a "
+                         f"{contract}: it {lacks}; fix or disable that plugin")
+
+
+class PluginLoadError(ConfigError):
+    """An installed plugin failed to import or to register."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("", message)
+
+
 class LayoutError(FlakekitError, ValueError):
     """A bit layout is not valid; ``field`` names the offending part."""
 
     def __init__(self, field: str, message: str) -> None:
-        self.field = field
+        self.field, self.message = field, message
         super().__init__(f"{field}: {message}")
 
 
@@ -156,6 +203,18 @@ class SchemaError(BackendError):
     """The database schema is missing, older or newer than this flakekit."""
 
 
+class SegmentRowError(SchemaError):
+    """A segment key's row cannot serve a fetch: a value that is not a usable integer, or
+    a next range past the column's maximum. Nothing was allocated; waiting will not help.
+
+    ``room`` is how many IDs the key can still hand out (None when the row is unusable).
+    """
+
+    def __init__(self, key: str, message: str, room: int | None = None) -> None:
+        self.key, self.room = key, room
+        super().__init__(message)
+
+
 class SegmentUnavailableError(FlakekitError):
     """A segment key has no IDs left in memory and none could be fetched in time."""
 
@@ -163,12 +222,94 @@ class SegmentUnavailableError(FlakekitError):
 class UnknownKeyError(FlakekitError, LookupError):
     """A segment key does not exist in the store."""
 
-    def __init__(self, key: str, hint: str = "") -> None:
-        self.key = key
+    def __init__(self, key: str, hint: str = "", config: str | None = None) -> None:
+        import shlex
+
+        self.key, self.hint, self.config = key, hint, config
+        where = f" -c {shlex.quote(config)}" if config else ""  # the command must work pasted
         super().__init__(
             f"unknown segment key {key!r}; create it with `flakekit segments create "
-            f"{key} --step 1000`{hint}"
+            f"{shlex.quote(key)} --step 1000{where}`{hint}"
         )
 
+    def for_config(self, config: str | None) -> UnknownKeyError:
+        """The same error, its command naming the config file the key was looked up with."""
+        if not config or self.config:
+            return self
+        return UnknownKeyError(self.key, self.hint, config)
+
     def __str__(self) -> str:
-        return self.args[0]
+        return str(self.args[0])
+
+
+# -- cluster mode -----------------------------------------------------------------------------
+class ClusterError(FlakekitError):
+    """Base class of cluster-mode refusals: this node gives no ID for the key now."""
+
+
+class NotOwnerError(ClusterError):
+    """This node does not own the strict key; ``owner`` (a Member) and ``epoch`` say who
+    does in the view this node knows (HTTP: forward once, or 421 to a flakekit client)."""
+
+    def __init__(self, message: str, *, owner: object = None, epoch: int = 0) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.epoch = epoch
+
+
+class KeyMovingError(ClusterError):
+    """The strict key is being handed off and did not settle within ``handoff_wait``
+    (HTTP 503 with ``Retry-After: retry_after`` seconds)."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ClusterUnavailableError(ClusterError):
+    """This node's membership lease ran out (store or coordination service unreachable):
+    it serves no strict key until it renews (HTTP 503). Never a stale ID."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class FenceError(ClusterError):
+    """A fenced write found another owner or a newer epoch in the store: this node's
+    claim on the key is gone (its segments must be dropped)."""
+
+
+# -- the HTTP client (flakekit.client, flakekit.aio_client) ------------------------------------
+class ClientError(FlakekitError):
+    """Base class of what the HTTP client raises: no ID was returned."""
+
+
+class ClientConfigError(ClientError, ConfigError):
+    """A client argument is wrong (a URL's scheme, host or port; a count); ``path`` names it."""
+
+
+class ClientConnectionError(ClientError, ConnectionError):
+    """No node could be reached (refused, reset, timed out) within the retry budget."""
+
+
+class ClientRefusedError(ClientError):
+    """A node answered with an error (``status``, machine-readable ``code``); retrying the
+    same request will not help (a 4xx), or did not within the budget (a 503)."""
+
+    def __init__(self, message: str, *, status: int = 0, code: str = "", url: str = "") -> None:
+        super().__init__(message)
+        self.status, self.code, self.url = status, code, url
+
+
+class ClientUnavailableError(ClientRefusedError):
+    """Every attempt within the retry budget was answered 503 (key moving, lease, refill)."""
+
+
+class StaleOwnerEpochError(ClientError):
+    """An answer came from an owner epoch older than one already seen for the key: its IDs
+    may be out of order with ones already returned, so they are dropped (Kafka KIP-320)."""
+
+    def __init__(self, message: str, *, key: str = "", epoch: int = 0, seen: int = 0) -> None:
+        super().__init__(message)
+        self.key, self.epoch, self.seen = key, epoch, seen

@@ -1,18 +1,69 @@
 #!/usr/bin/env bash
 # The README's test command: install flakekit and every plugin in plugins/ into .venv,
-# make sure the services are up (PostgreSQL, MariaDB; ZooKeeper is started here and
+# make sure the services are up (PostgreSQL, MariaDB; ZooKeeper and etcd are started here and
 # stopped on exit), and run the whole test suite. Extra arguments go to pytest.
+#
+# Several interpreters: PYTHONS="3.11 3.12 3.13" bash scripts/test.sh
+#   Each gets its own venv (.venv for 3.11, the README's default; .venv-3.12, ...), found
+#   on PATH or in pyenv. The services are set up once; the first interpreter runs the
+#   whole suite, the others everything but the `slow` drills (real processes and
+#   timeouts, the bulk of the time): PYTHONS_MARK="" runs the whole suite on each.
+#   Every interpreter runs even if one fails; the exit status is non-zero if any did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-pkgs=(-e '.[test]')
-for plugin in plugins/*/; do
-  [ -f "$plugin/pyproject.toml" ] && pkgs+=(-e "${plugin%/}[test]")
-done
-.venv/bin/python -m pip install -q --disable-pip-version-check "${pkgs[@]}"
+# -- interpreters and their venvs --------------------------------------------------------
+find_python() {  # a version such as 3.12 (or a path) -> an interpreter that runs
+  local want=$1 candidate candidates=()
+  if [[ $want == */* ]]; then
+    candidates=("$want")
+  else
+    candidates=("python$want")   # on PATH (a pyenv shim only runs when that version is active)
+    while IFS= read -r candidate; do candidates+=("$candidate"); done < <(
+      ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$want".*/bin/"python$want" 2>/dev/null | sort -rV)
+  fi
+  for candidate in "${candidates[@]}"; do
+    if "$candidate" -c 'pass' >/dev/null 2>&1; then echo "$candidate"; return 0; fi
+  done
+  echo "test.sh: no Python $want found (python$want on PATH, or in pyenv); install it or drop it from PYTHONS" >&2
+  return 1
+}
 
+version_of() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])'; }
+
+venv_for() {  # the README's .venv is 3.11's; other versions get their own
+  if [ "$1" = 3.11 ]; then echo .venv; else echo ".venv-$1"; fi
+}
+
+install_into() {  # venv interpreter
+  local venv=$1 python=$2
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  local pkgs=(-e '.[test]')
+  for plugin in plugins/*/; do
+    [ -f "$plugin/pyproject.toml" ] && pkgs+=(-e "${plugin%/}[test]")
+  done
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${pkgs[@]}"
+}
+
+venvs=()
+if [ -z "${PYTHONS:-}" ]; then
+  install_into .venv "${PYTHON:-python3}"     # the README's single-interpreter run
+  venvs=(.venv)
+else
+  for want in $PYTHONS; do
+    python=$(find_python "$want")
+    version=$(version_of "$python")
+    venv=$(venv_for "$version")
+    if [ -x "$venv/bin/python" ] && [ "$(version_of "$venv/bin/python")" != "$version" ]; then
+      echo "test.sh: $venv holds Python $(version_of "$venv/bin/python"), not $version; remove it and run again" >&2
+      exit 2
+    fi
+    install_into "$venv" "$python"
+    venvs+=("$venv")
+  done
+fi
+
+# -- services, once ----------------------------------------------------------------------
 bash scripts/services.sh
 for setup in plugins/*/scripts/install-*.sh; do
   [ -f "$setup" ] && bash "$setup"     # e.g. Debian's chromium for the monitor-page test
@@ -24,8 +75,32 @@ if [ -f scripts/zookeeper.sh ]; then
   . "${FLAKEKIT_SVC_DIR:-/tmp/flakekit-svc}/env"
   export ZK_HOSTS ZK_ENSEMBLE_HOSTS
 fi
+if [ -f scripts/etcd.sh ]; then   # after ZooKeeper: its start rewrites the env file
+  trap 'bash scripts/etcd.sh stop >/dev/null 2>&1 || true; bash scripts/zookeeper.sh stop >/dev/null 2>&1 || true' EXIT
+  bash scripts/etcd.sh start
+  # shellcheck disable=SC1091
+  . "${FLAKEKIT_SVC_DIR:-/tmp/flakekit-svc}/env"
+  export ETCD_ENDPOINTS ETCD_CLUSTER_ENDPOINTS
+fi
 
+# -- the suite, per interpreter ----------------------------------------------------------
 rc=0
-.venv/bin/python -m pytest -p no:cacheprovider "$@" || rc=$?
-[ "$rc" = 5 ] && rc=0   # no tests collected (e.g. a -k that matches nothing)
+summary=()
+for i in "${!venvs[@]}"; do
+  venv=${venvs[$i]}
+  select=()
+  if [ "$i" -gt 0 ] && [ -n "${PYTHONS_MARK-not slow}" ]; then
+    select=(-m "${PYTHONS_MARK-not slow}")   # an -m among "$@" comes later and wins
+  fi
+  label="Python $(version_of "$venv/bin/python") ($venv${select:+, -m \"${select[1]}\"})"
+  if [ "${#venvs[@]}" -gt 1 ]; then echo "== $label" >&2; fi
+  status=0
+  "$venv/bin/python" -m pytest -p no:cacheprovider "${select[@]}" "$@" || status=$?
+  [ "$status" = 5 ] && status=0   # no tests collected (e.g. a -k that matches nothing)
+  summary+=("$label: $([ "$status" = 0 ] && echo passed || echo "FAILED (exit $status)")")
+  [ "$status" = 0 ] || rc=$status
+done
+if [ "${#venvs[@]}" -gt 1 ]; then
+  printf '%s\n' "${summary[@]}" >&2
+fi
 exit "$rc"

@@ -118,10 +118,11 @@ env_get() {  # name: value from the env file
   sed -n "s/^$1=//p" "$ENV_FILE" | tail -n1
 }
 
-write_env() {  # standalone_hosts ensemble_hosts
+write_env() {  # standalone_hosts ensemble_hosts (other services' lines are kept)
   mkdir -p "$SVC"
-  printf 'ZK_HOSTS=%s\nZK_ENSEMBLE_HOSTS=%s\n' "$1" "$2" > "$ENV_FILE.tmp"
-  mv "$ENV_FILE.tmp" "$ENV_FILE"
+  { [ -f "$ENV_FILE" ] && grep -v '^ZK_\(ENSEMBLE_\)\?HOSTS=' "$ENV_FILE"
+    printf 'ZK_HOSTS=%s\nZK_ENSEMBLE_HOSTS=%s\n' "$1" "$2"; } > "$ENV_FILE.zk.$$"
+  mv "$ENV_FILE.zk.$$" "$ENV_FILE"
 }
 
 # ---- commands -----------------------------------------------------------------------------
@@ -189,7 +190,10 @@ cmd_stop() {
   cmd_ensemble_stop quiet
   wait
   rm -rf "$SVC/zk"
-  rm -f "$ENV_FILE"
+  if [ -f "$ENV_FILE" ]; then   # other services' lines stay
+    sed -i '/^ZK_HOSTS=/d; /^ZK_ENSEMBLE_HOSTS=/d' "$ENV_FILE"
+    [ -s "$ENV_FILE" ] || rm -f "$ENV_FILE"
+  fi
   log "stopped"
 }
 

@@ -6,23 +6,23 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import proxied
 from sqlalchemy import text
 
-from flakekit.backends import BackendPool, BackendSettings, connect_defaults
 from flakekit.errors import BackendError
-from flakekit.lease import LeaseRequest
+from flakekit.leases.lease import LeaseRequest
+from flakekit.sql.backends import BackendPool, BackendSettings, connect_defaults
 from flakekit.sql.workers import SqlWorkerAllocator
-from flakekit.testing import ManualClock
+from flakekit.testing import ManualClock, proxied
 
 
 class TestDefaults:
     def test_per_driver(self):
-        """libpq gets keepalives and a TCP user timeout, PyMySQL socket timeouts, SQLite a
-        lock wait; unknown drivers get nothing."""
+        """libpq gets keepalives and a TCP user timeout, PyMySQL socket timeouts (a
+        statement's limit and a margin), SQLite a lock wait; unknown drivers get nothing."""
         assert connect_defaults("postgresql+psycopg://u@h/db")["tcp_user_timeout"] == 30_000
-        assert connect_defaults("mysql+pymysql://u@h/db")["read_timeout"] == 30
-        assert connect_defaults("sqlite:///x.db")["timeout"] == 30
+        assert connect_defaults("postgresql+psycopg://u@h/db")["connect_timeout"] == 10
+        assert connect_defaults("mysql+pymysql://u@h/db")["read_timeout"] == 35
+        assert connect_defaults("sqlite:///x.db")["timeout"] == 15
         assert connect_defaults("mssql+pyodbc://u@h/db") == {}
 
     @pytest.mark.postgresql
@@ -44,9 +44,68 @@ class TestDefaults:
             with pool.engine("b").connect() as conn:
                 raw = conn.connection.dbapi_connection
                 conn.execute(text("SELECT 1"))
-            assert (raw._read_timeout, raw._write_timeout) == (7, 30)
+            assert (raw._read_timeout, raw._write_timeout) == (7, 35)
         finally:
             pool.dispose()
+
+
+class TestSessionLimits:
+    """[backends.NAME] lock_timeout / idle_in_transaction_timeout / statement_timeout reach
+    every session flakekit opens (issue 9, item 2)."""
+
+    TABLE = {"lock_timeout": "3s", "idle_in_transaction_timeout": "4s",
+             "statement_timeout": "20s", "connect_timeout": "5s"}
+
+    def pool(self, url: str) -> BackendPool:
+        from flakekit.assembly.config import parse_config
+
+        table = {"url": url, **self.TABLE}
+        return parse_config({"backends": {"b": table}}).pool()
+
+    @pytest.mark.postgresql
+    def test_postgresql(self, pg_url):
+        pool = self.pool(pg_url)
+        try:
+            with pool.engine("b").connect() as conn:
+                got = [conn.execute(text(f"SHOW {name}")).scalar() for name in (
+                    "lock_timeout", "idle_in_transaction_session_timeout", "statement_timeout")]
+                params = conn.connection.dbapi_connection.info.get_parameters()
+            assert got == ["3s", "4s", "20s"] and params["connect_timeout"] == "5"
+        finally:
+            pool.dispose()
+
+    @pytest.mark.mariadb
+    def test_mariadb(self, mariadb_url):
+        pool = self.pool(mariadb_url)
+        try:
+            with pool.engine("b").connect() as conn:
+                got = conn.execute(text(
+                    "SELECT @@innodb_lock_wait_timeout, @@idle_transaction_timeout, "
+                    "@@max_statement_time, @@tx_isolation")).one()
+                raw = conn.connection.dbapi_connection
+            assert tuple(got) == (3, 4, 20.0, "READ-COMMITTED")
+            assert (raw.connect_timeout, raw._read_timeout, raw._write_timeout) == (5, 25, 25)
+        finally:
+            pool.dispose()
+
+    def test_sqlite_busy_timeout_is_the_lock_timeout(self, tmp_path):
+        assert connect_defaults(f"sqlite:///{tmp_path}/x.db",
+                                BackendSettings("sqlite://", lock_timeout=3 * NS))["timeout"] == 3
+
+    @pytest.mark.parametrize(("key", "value"), [("lock_timeout", "soon"),
+                                                ("statement_timeout", "30d"),
+                                                ("connect_timeout", "0s")])
+    def test_bad_value_names_the_key(self, key, value):
+        """Not a duration, more than PostgreSQL takes (~24 d), or a connect without one."""
+        from flakekit.assembly.config import parse_config
+        from flakekit.errors import ConfigError
+
+        with pytest.raises(ConfigError) as info:
+            parse_config({"backends": {"b": {"url": "sqlite:///x.db", key: value}}})
+        assert info.value.path == f"backends.b.{key}"
+
+
+NS = 1_000_000_000
 
 
 @pytest.mark.mariadb

@@ -12,19 +12,7 @@ from pathlib import Path
 import pytest
 
 from flakekit.builtin.layouts import SNOWFLAKE
-from flakekit.cli import main
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        code = exc.code
-    else:  # pragma: no cover - main always exits
-        code = 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
+from flakekit.testing.cli import run_cli as run
 
 CONFIG = """
 [layouts.orders-layout]

@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from flakekit.config import load_config, parse_config
+from flakekit.assembly.config import load_config, parse_config
+from flakekit.assembly.kit import build_kit
 from flakekit.errors import ConfigError
-from flakekit.kit import build_kit
 
 GOOD = """
 [backends.main]
@@ -138,26 +138,15 @@ def test_identity_from_environment(monkeypatch, host):
 
 def test_first_use_from_many_threads_takes_one_lease(tmp_path, host):
     """kit["name"] from 16 threads at once starts the generator once: one worker id."""
-    import threading
+    from flakekit.testing import in_threads
 
     config = parse_config({
         "backends": {"db": {"url": f"sqlite:///{tmp_path / 'ids.db'}"}},
         "generators": {"g": {"allocator": {"type": "sql", "backend": "db"}}},
     })
     kit = build_kit(config, host)
-    barrier = threading.Barrier(16)
-    seen = []
-
-    def use() -> None:
-        barrier.wait()
-        seen.append(kit["g"].worker_id)
-
-    threads = [threading.Thread(target=use) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
     try:
+        seen = in_threads(lambda _: kit["g"].worker_id, 16)
         records = kit.get("g").keeper.allocator.records()
         assert set(seen) == {0} and [r.state for r in records] == ["held"]
     finally:
@@ -168,7 +157,7 @@ def test_duplicate_name_blames_the_third_party_plugin():
     """A plugin that registers a built-in's name is the one to disable."""
     from flakekit import hookimpl
     from flakekit.errors import DuplicateRegistrationError
-    from flakekit.host import PluginHost
+    from flakekit.pluginhost.host import PluginHost
 
     class Clash:
         @hookimpl

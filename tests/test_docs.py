@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 import pytest
 
-from flakekit import hookspecs
 from flakekit.cli import cli
+from flakekit.pluginhost import hookspecs
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -39,7 +39,7 @@ def _commands(group: click.Group, prefix: str = "flakekit") -> list[tuple[str, c
 
 def _cli_with_builtin_commands() -> click.Group:
     """A copy of the CLI with the commands built-in plugins add (the global one untouched)."""
-    from flakekit.host import PluginHost
+    from flakekit.pluginhost.host import PluginHost
 
     group = copy.copy(cli)
     group.commands = dict(cli.commands)

@@ -15,11 +15,11 @@ from sqlalchemy.engine import Engine
 
 from flakekit.builtin.layouts import SNOWFLAKE
 from flakekit.errors import LeaseExpiredError
-from flakekit.events import Events
-from flakekit.lease import LeaseRequest
-from flakekit.snowflake import SnowflakeGenerator
+from flakekit.generators.snowflake import SnowflakeGenerator
+from flakekit.leases.lease import LeaseRequest
 from flakekit.sql.workers import SqlWorkerAllocator
-from flakekit.testing import ManualClock
+from flakekit.testing import ManualClock, age_rows
+from flakekit.values.events import Events
 
 NS = 1_000_000_000
 
@@ -49,19 +49,6 @@ def gen(engine: Engine, clock: Any, host: str, max_id: int = 0, **kw: Any) -> Sn
                               name="e2e", max_start_wait_s=120)
     made.keeper.request = attrs.evolve(made.keeper.request, max_worker_id=max_id)
     return made
-
-
-def age_rows(engine: Engine, seconds: float) -> None:
-    """Move every ``last_seen`` back by ``seconds`` on the database's own clock."""
-    name = engine.dialect.name
-    if name == "postgresql":
-        expr = "now() - make_interval(secs => :age)"
-    elif name in ("mysql", "mariadb"):
-        expr = "UTC_TIMESTAMP(6) - INTERVAL :age SECOND"
-    else:
-        expr = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :age || ' seconds')"
-    with engine.begin() as conn:
-        conn.execute(text(f"UPDATE system_nodes SET last_seen = {expr}"), {"age": seconds})
 
 
 class TestHighWaterMark:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from flakekit.builtin.layouts import REGION_SPLIT, SNOWFLAKE, SONYFLAKE
 from flakekit.errors import InvalidIdError, LayoutError, PartValueError
-from flakekit.layout import BitLayout
+from flakekit.values.layout import BitLayout
 
 
 class TestBuiltins:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
-import shutil
 import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -20,89 +17,54 @@ from flakekit import hookimpl
 from flakekit.builtin.layouts import SNOWFLAKE
 from flakekit.builtin.static import StaticAllocator, StaticSettings
 from flakekit.errors import ClockMovedBackwardsError, DuplicateRegistrationError, LeaseLostError
-from flakekit.host import PluginHost
-from flakekit.layout import BitLayout
-from flakekit.snowflake import SnowflakeGenerator
+from flakekit.generators.snowflake import SnowflakeGenerator
+from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import ManualClock
+from flakekit.values.layout import BitLayout
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "flakekit-example-plugin"
 DIST = "flakekit-example-plugin"
-CONSOLE_SCRIPT = Path(sys.executable).parent / "flakekit"
 
 
-def _can_build_without_isolation() -> bool:
-    """setuptools builds wheels itself from 70.1 on; before that it needs ``wheel``."""
-    if importlib.util.find_spec("wheel") is not None:
-        return True
-    try:
-        from importlib.metadata import version
-
-        major, minor = (int(p) for p in version("setuptools").split(".")[:2])
-    except Exception:
-        return False
-    return (major, minor) >= (70, 1)
-
-
-def _pip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        capture_output=True, text=True, timeout=120,
-    )
-
-
-@pytest.fixture(scope="module")
-def example_plugin_installed(tmp_path_factory):
-    """pip-install examples/flakekit-example-plugin into this venv; uninstall it afterwards."""
-    # build from a copy: setuptools writes build/ and *.egg-info next to the sources
-    source = tmp_path_factory.mktemp("example") / EXAMPLE.name
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    isolation = ["--no-build-isolation"] if _can_build_without_isolation() else []
-    result = _pip("install", "--no-deps", *isolation, str(source))
-    if result.returncode != 0:
-        pytest.fail(f"pip install {EXAMPLE} failed:\n{result.stdout}\n{result.stderr}")
-    try:
-        yield
-    finally:
-        _pip("uninstall", "-y", DIST)
-
-
-def _flakekit(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _flakekit(bin_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the throw-away venv's ``flakekit`` (it has the example plugin installed)."""
     environ = {k: v for k, v in os.environ.items()
                if k not in ("FLAKEKIT_DISABLE_PLUGINS", "FLAKEKIT_LOAD_PLUGINS",
                             "FLAKEKIT_TRACE_PLUGINS", "FLAKEKIT_CONFIG")}
     environ.update(env)
-    return subprocess.run([str(CONSOLE_SCRIPT), *args], capture_output=True, text=True,
+    return subprocess.run([str(bin_dir / "flakekit"), *args], capture_output=True, text=True,
                           timeout=60, env=environ)
 
 
 @pytest.mark.slow
 class TestExamplePlugin:
-    def test_console_script_sees_layout_and_clock(self, example_plugin_installed):
-        """After pip install, `flakekit plugins` and `layout list` show js-safe and offset."""
-        plugins = _flakekit("plugins")
+    def test_console_script_sees_layout_and_clock(self, example_plugin_venv):
+        """Installed into a throw-away venv, `flakekit plugins` and `layout list` show
+        js-safe and offset."""
+        plugins = _flakekit(example_plugin_venv, "plugins")
         assert plugins.returncode == 0, plugins.stderr
         assert f"example  ({DIST} 0.1.0)" in plugins.stdout
         assert "layout:js-safe" in plugins.stdout and "clock:offset" in plugins.stdout
-        listing = _flakekit("layout", "list")
+        listing = _flakekit(example_plugin_venv, "layout", "list")
         assert listing.returncode == 0, listing.stderr
         assert any(line.split()[:2] == ["js-safe", "41/4/8"] for line in listing.stdout.splitlines())
-        show = _flakekit("layout", "show", "js-safe", "--json")
+        show = _flakekit(example_plugin_venv, "layout", "show", "js-safe", "--json")
         assert show.returncode == 0, show.stderr
         assert '"total_bits": 53' in show.stdout and '"worker_field": "worker"' in show.stdout
 
-    def test_env_switches_hide_the_installed_plugin(self, example_plugin_installed):
+    def test_env_switches_hide_the_installed_plugin(self, example_plugin_venv):
         """FLAKEKIT_DISABLE_PLUGINS=example and an allow-list without it both drop js-safe."""
-        disabled = _flakekit("layout", "list", FLAKEKIT_DISABLE_PLUGINS="example")
-        allowed_other = _flakekit("layout", "list", FLAKEKIT_LOAD_PLUGINS="something-else")
-        allowed = _flakekit("layout", "list", FLAKEKIT_LOAD_PLUGINS="example")
+        disabled = _flakekit(example_plugin_venv, "layout", "list",
+                             FLAKEKIT_DISABLE_PLUGINS="example")
+        allowed_other = _flakekit(example_plugin_venv, "layout", "list",
+                                  FLAKEKIT_LOAD_PLUGINS="something-else")
+        allowed = _flakekit(example_plugin_venv, "layout", "list", FLAKEKIT_LOAD_PLUGINS="example")
         for result in (disabled, allowed_other, allowed):
             assert result.returncode == 0, result.stderr
             assert "snowflake" in result.stdout
         assert "js-safe" not in disabled.stdout and "js-safe" not in allowed_other.stdout
         assert "js-safe" in allowed.stdout
 
-    def test_offset_clock_from_a_config(self, example_plugin_installed, tmp_path):
+    def test_offset_clock_from_a_config(self, example_plugin_venv, tmp_path):
         """A config using the plugin's layout and clock builds and issues 53-bit IDs."""
         config = tmp_path / "flakekit.toml"
         config.write_text(
@@ -110,12 +72,12 @@ class TestExamplePlugin:
             'clock = { type = "offset", offset_ms = -250 }\n'
             'allocator = { type = "static", worker_id = 3 }\n', encoding="utf-8",
         )
-        result = _flakekit("next", "web", "-n", "3", "-c", str(config))
+        result = _flakekit(example_plugin_venv, "next", "web", "-n", "3", "-c", str(config))
         assert result.returncode == 0, result.stderr
         ids = [int(line) for line in result.stdout.split()]
         assert len(set(ids)) == 3 and all(0 < i < 2**53 for i in ids)
         config.write_text(config.read_text().replace("-250", "'soon'"), encoding="utf-8")
-        bad = _flakekit("config", "check", str(config))
+        bad = _flakekit(example_plugin_venv, "config", "check", str(config))
         assert bad.returncode == 2
         assert "generators.web.clock.offset_ms" in bad.stderr
 

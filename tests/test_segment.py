@@ -8,8 +8,6 @@ import time
 import pytest
 from sqlalchemy import create_engine, text
 
-from flakekit.backends import BackendPool, BackendSettings
-from flakekit.context import BuildContext
 from flakekit.errors import (
     BackendError,
     ConfigError,
@@ -18,15 +16,9 @@ from flakekit.errors import (
     SegmentUnavailableError,
     UnknownKeyError,
 )
-from flakekit.events import NO_EVENTS
-from flakekit.segment import (
-    Segment,
-    SegmentGenerator,
-    SegmentSettings,
-    build_segment_generator,
-)
+from flakekit.generators.segment import Segment, SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import Allocation, SqlSegmentStore
-from flakekit.testing import ManualClock
+from flakekit.testing import ManualClock, in_threads
 
 LEAF_DDL = """CREATE TABLE `leaf_alloc` (
   `biz_tag` varchar(128)  NOT NULL DEFAULT '',
@@ -136,21 +128,9 @@ class TestSqlStore:
         ))
         store = SqlSegmentStore(engine)
         store.create("k", 7)
-        got: list[range] = []
-        lock = threading.Lock()
-
-        def work() -> None:
-            for _ in range(20):
-                a = store.fetch("k")
-                with lock:
-                    got.append(range(a.start, a.max_id))
-
-        threads = [threading.Thread(target=work) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        ids = [i for r in got for i in r]
+        got = in_threads(lambda _: [range(a.start, a.max_id)
+                                    for a in (store.fetch("k") for _ in range(20))], 4)
+        ids = [i for mine in got for r in mine for i in r]
         assert len(ids) == len(set(ids)) == 4 * 20 * 7
         assert sorted(ids) == list(range(1, 1 + len(ids)))
         engine.dispose()
@@ -198,21 +178,9 @@ class TestSqlStore:
         engine = create_engine(mariadb_url, isolation_level="AUTOCOMMIT")
         store = SqlSegmentStore(engine)
         store.create("k", 7)
-        got: list[range] = []
-        lock = threading.Lock()
-
-        def work() -> None:
-            for _ in range(40):
-                a = store.fetch("k")
-                with lock:
-                    got.append(range(a.start, a.max_id))
-
-        threads = [threading.Thread(target=work) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        ids = [i for r in got for i in r]
+        got = in_threads(lambda _: [range(a.start, a.max_id)
+                                    for a in (store.fetch("k") for _ in range(40))], 6)
+        ids = [i for mine in got for r in mine for i in r]
         assert len(ids) == len(set(ids)) == 6 * 40 * 7
         engine.dispose()
 
@@ -289,14 +257,14 @@ class TestSegmentGenerator:
                 gen.next_id()
             time.sleep(0.05)
             assert len(store.fetches) == 1
-            assert gen.stats()["buffers"][1]["ready"] is False
+            assert gen.stats().buffers[1].ready is False
             gen.next_id()  # the 11th ID crosses 10%
             wait_for(lambda: len(store.fetches) == 2)
-            wait_for(lambda: gen.stats()["buffers"][1]["ready"])
-            buffers = gen.stats()["buffers"]
-            assert buffers[0] == {"slot": "current", "ready": True, "start": 1, "position": 12,
+            wait_for(lambda: gen.stats().buffers[1].ready)
+            buffers = gen.stats().buffers
+            assert buffers[0].as_dict() == {"slot": "current", "ready": True, "start": 1, "position": 12,
                                   "end": 101, "step": 100, "idle": 89}
-            assert buffers[1]["start"] == 101 and buffers[1]["position"] == 101
+            assert buffers[1].start == 101 and buffers[1].position == 101
 
     def test_prefetch_fraction_is_configurable(self):
         """prefetch_at = 0.5 waits for half of the segment."""
@@ -313,7 +281,7 @@ class TestSegmentGenerator:
         """prefetch_at = 0 keeps the next buffer filled from the start."""
         store = MemoryStore(step=10)
         with generator(store, prefetch_at=0) as gen:
-            wait_for(lambda: gen.stats()["buffers"][1]["ready"])
+            wait_for(lambda: gen.stats().buffers[1].ready)
             assert [gen.next_id() for _ in range(25)] == list(range(1, 26))
 
     def test_zero_budget_fails_fast(self):
@@ -328,7 +296,7 @@ class TestSegmentGenerator:
             gen.next_id()
         assert time.monotonic() - started < 1
         store.gate.set()
-        wait_for(lambda: gen.stats()["buffers"][1]["ready"] or gen.stats()["buffers"][0]["ready"])
+        wait_for(lambda: gen.stats().buffers[1].ready or gen.stats().buffers[0].ready)
         assert gen.next_id() == 11
         gen.close()
 
@@ -340,9 +308,9 @@ class TestSegmentGenerator:
 
         def next_fetch() -> int:
             count = len(store.fetches)
-            while not gen.stats()["fetching"]:  # consume up to the prefetch point
+            while not gen.stats().fetching:  # consume up to the prefetch point
                 gen.next_id()
-            wait_for(lambda: not gen.stats()["fetching"])
+            wait_for(lambda: not gen.stats().fetching)
             assert len(store.fetches) == count + 1
             return store.fetches[-1]
 
@@ -368,7 +336,7 @@ class TestSegmentGenerator:
         clock.advance(45 * 60)
         assert next_fetch() == 300              # the new floor applies
         gen.close()
-        assert gen.stats()["step"] == 300
+        assert gen.stats().step == 300
 
     def test_dynamic_step_off(self):
         """dynamic_step = false keeps the table's step."""
@@ -380,18 +348,13 @@ class TestSegmentGenerator:
 
     def test_outage_budget_then_recovery(self):
         """Buffers carry an outage; then SegmentUnavailableError after the budget; then recovery."""
-        from flakekit.events import Events
+        from flakekit.testing import EventRecorder
 
-        alerts: list[str] = []
-
-        class Hook:
-            def flakekit_alert(self, kind, message, details):
-                alerts.append(kind)
-
+        recorder = EventRecorder()
         store = MemoryStore(step=100)
         gen = SegmentGenerator(
             store, "k", SegmentSettings(wait_budget="200ms", retry_min="10ms", retry_max="20ms"),
-            clock=ManualClock(), events=Events(Hook()),
+            clock=ManualClock(), events=recorder.events,
         ).start()
         store.fail = True
         ids = []
@@ -404,8 +367,8 @@ class TestSegmentGenerator:
         with pytest.raises(SegmentUnavailableError):
             gen.next_id()
         assert time.monotonic() - started >= 0.19  # it waited the budget (not Leaf's -3)
-        assert gen.stats()["unavailable"] == 2
-        assert alerts == ["segment-unavailable"]  # once per outage
+        assert gen.stats().unavailable == 2
+        assert recorder.alerts() == ["segment-unavailable"]  # once per outage
         store.fail = False
         assert gen.next_id() == 101             # recovers on its own
         gen.close()
@@ -419,7 +382,7 @@ class TestSegmentGenerator:
             gen.next_id()
         threading.Timer(0.1, store.gate.set).start()
         assert gen.next_id() == 11
-        assert gen.stats()["waits"] == 1
+        assert gen.stats().waits == 1
         gen.close()
 
     def test_deleted_key_raises_unknown_key(self):
@@ -460,22 +423,17 @@ class TestSegmentGenerator:
         """Many threads mixing next_id and next_ids on a small step: every ID once."""
         store = MemoryStore(step=37)
         gen = generator(store, wait_budget="5s").start()
-        out: list[list[int]] = []
 
-        def work(i: int) -> None:
+        def work(i: int) -> list[int]:
             mine: list[int] = []
             for j in range(3000):
                 if j % 100 == i:
                     mine.extend(gen.next_ids(i + 1))
                 else:
                     mine.append(gen.next_id())
-            out.append(mine)
+            return mine
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        out = in_threads(work, 8)
         gen.close()
         ids = [i for mine in out for i in mine]
         assert len(ids) == len(set(ids))
@@ -488,10 +446,10 @@ class TestSegmentGenerator:
         gen = generator(store).start()
         for _ in range(20):
             gen.next_id()
-        wait_for(lambda: gen.stats()["buffers"][1]["ready"])
+        wait_for(lambda: gen.stats().buffers[1].ready)
         gen.close()
         assert store.rows["k"][0] == 21
-        assert gen.stats()["gave_back"] == 180
+        assert gen.stats().gave_back == 180
         gen2 = generator(store).start()
         assert gen2.next_id() == 21             # dense across a clean restart
         gen2.close()
@@ -528,9 +486,9 @@ class TestSegmentGenerator:
         with generator(store) as gen:
             gen.next_id()
             stats = gen.stats()
-        json.dumps(stats)
-        assert stats["key"] == "k" and stats["fetches"] >= 1
-        assert [b["slot"] for b in stats["buffers"]] == ["current", "next"]
+        json.dumps(stats.as_dict())
+        assert stats.key == "k" and stats.fetches >= 1
+        assert [b.slot for b in stats.buffers] == ["current", "next"]
 
     def test_fork_child_cannot_reuse_buffers(self):
         """A forked child gets an error instead of the parent's IDs."""
@@ -616,54 +574,11 @@ class TestSegmentGenerator:
             Segment(1, 100, 100)
 
 
-# -- config --------------------------------------------------------------------------------------
-def _ctx(host, url: str) -> BuildContext:
-    pool = BackendPool({"main": BackendSettings(url)})
-    return BuildContext("inv", "generators.inv", None, ManualClock(), NO_EVENTS, pool, host)
-
-
-class TestBuild:
-    def test_builds_from_table(self, host, sqlite_url):
-        """A config table builds a generator on the named backend."""
-        ctx = _ctx(host, sqlite_url)
-        SqlSegmentStore(ctx.backends.engine("main")).create("invoice", 10)
-        gen = build_segment_generator(
-            "inv", {"store": {"type": "sql", "backend": "main"}, "key": "invoice",
-                    "wait_budget": "50ms", "max_step": 1000}, "generators.inv", ctx,
-        )
-        with gen:
-            assert gen.next_id() == 1
-        assert gen.settings.wait_budget == 50_000_000
-        ctx.backends.dispose()
-
-    @pytest.mark.parametrize(
-        ("table", "path", "message"),
-        [
-            ({"kee": "x"}, "generators.inv.kee", "did you mean 'key'"),
-            ({"prefetch_at": 1.5}, "generators.inv.prefetch_at", "below 1"),
-            ({"max_step": 0}, "generators.inv.max_step", "at least 1"),
-            ({"wait_budget": "soon"}, "generators.inv.wait_budget", "duration"),
-            ({"store": {"type": "sqll"}}, "generators.inv.store.type", "did you mean 'sql'"),
-            ({"store": {"type": "sql", "backend": "nope"}}, "generators.inv.store.backend", "unknown backend"),
-            ({"store": {"type": "sql", "bakend": "main"}}, "generators.inv.store.bakend", "did you mean 'backend'"),
-            ({"store": 3}, "generators.inv.store", "expected a name or a table"),
-            ({"grow_below": "1h", "shrink_after": "30min"}, "generators.inv", "shrink_after"),
-        ],
-        ids=["unknown-key", "prefetch", "max-step", "budget", "store-type", "backend",
-             "store-key", "store-shape", "durations"],
-    )
-    def test_config_errors_name_the_field(self, host, sqlite_url, table, path, message):
-        """Every wrong value names its dotted path and the fix."""
-        with pytest.raises(ConfigError, match=message) as info:
-            build_segment_generator("inv", table, "generators.inv", _ctx(host, sqlite_url))
-        assert str(info.value).startswith(path)
-
-
 # -- many keys -------------------------------------------------------------------------------
 class TestSegmentService:
     def test_new_key_usable_at_once(self, sqlite_url):
         """A key created after start works on first use (Leaf: -2 for up to a minute)."""
-        from flakekit.segment_service import SegmentService
+        from flakekit.generators.segment_service import SegmentService
 
         store = SqlSegmentStore(create_engine(sqlite_url))
         store.create("a", 10)
@@ -680,9 +595,25 @@ class TestSegmentService:
             assert set(service.stats()) == {"a", "b"}
         store.engine.dispose()
 
+    def test_each_key_gets_the_service_settings_unchanged(self):
+        """The durations reach every key's generator as they are (attrs.evolve re-ran
+        the converters: grow_below's 15 min in ns was read as seconds)."""
+        from flakekit.generators.segment_service import SegmentService
+
+        settings = SegmentSettings(grow_below="1min", shrink_after="2min", wait_budget="2s")
+        store = MemoryStore(key="a")
+        store.exists = lambda key: key in store.rows
+        store.keys = lambda: sorted(store.rows)
+        with SegmentService(store, settings) as service:
+            gen = service.get("a")
+            assert gen.key == "a" and gen.next_id() == 1
+            got = gen.settings
+            assert (got.grow_below, got.shrink_after, got.wait_budget) == (
+                60 * 10**9, 120 * 10**9, 2 * 10**9)
+
     def test_refresh_drops_vanished_keys(self, sqlite_url):
         """A key deleted from the table is dropped at the next refresh."""
-        from flakekit.segment_service import SegmentService
+        from flakekit.generators.segment_service import SegmentService
 
         store = SqlSegmentStore(create_engine(sqlite_url))
         store.create("a", 10)
@@ -699,7 +630,7 @@ class TestSegmentService:
     def test_refresh_keeps_a_key_created_during_the_refresh(self):
         """A key first used while a refresh is reading the key list is not dropped (and its
         live generator not closed under the caller) by that refresh's stale list."""
-        from flakekit.segment_service import SegmentService
+        from flakekit.generators.segment_service import SegmentService
 
         class KeyStore(MemoryStore):
             def __init__(self) -> None:
@@ -735,7 +666,7 @@ class TestSegmentService:
 
     def test_unknown_keys_are_not_remembered_forever(self):
         """Asking for many wrong keys does not grow memory without bound."""
-        from flakekit.segment_service import SegmentService
+        from flakekit.generators.segment_service import SegmentService
 
         class KeyStore(MemoryStore):
             def keys(self) -> list[str]:
@@ -752,7 +683,7 @@ class TestSegmentService:
 
     def test_preloads_recent_keys(self, sqlite_url, tmp_path):
         """Keys served before a restart are fetched at start; IDs never repeat."""
-        from flakekit.segment_service import SegmentService
+        from flakekit.generators.segment_service import SegmentService
 
         store = SqlSegmentStore(create_engine(sqlite_url))
         store.create("a", 10)
@@ -780,7 +711,7 @@ class TestKit:
         with load(cfg) as kit:
             assert kit["invoices"].next_id() == 1
             assert list(kit["invoices"].next_ids(3)) == [2, 3, 4]
-            assert kit.stats()["invoices"]["key"] == "invoice"
+            assert kit.stats()["invoices"].key == "invoice"
         with load(cfg) as kit:
             assert kit["invoices"].next_id() == 5    # the tail came back on close
 

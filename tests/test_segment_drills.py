@@ -9,20 +9,20 @@ import sys
 import time
 
 import pytest
-from conftest import proxied
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from flakekit.errors import SegmentUnavailableError
-from flakekit.segment import SegmentGenerator, SegmentSettings
+from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import SqlSegmentStore
+from flakekit.testing import proxied
 
 pytestmark = pytest.mark.slow
 
 WORKER = r"""
 import sys
 from sqlalchemy import create_engine
-from flakekit.segment import SegmentGenerator, SegmentSettings
+from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import SqlSegmentStore
 
 url, key, n, close = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "close"
@@ -124,7 +124,7 @@ class TestProxy:
         gen = SegmentGenerator(SqlSegmentStore(engine), "k", settings).start()
         ids = [gen.next_id() for _ in range(100)]         # past 10%: next buffer fetched
         deadline = time.monotonic() + 10
-        while not gen.stats()["buffers"][1]["ready"]:
+        while not gen.stats().buffers[1].ready:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         proxy.cut()
@@ -133,7 +133,7 @@ class TestProxy:
                 ids.append(gen.next_id())
         assert len(ids) == 1000                            # both buffers were served
         assert "wait_budget" in str(info.value)
-        assert gen.stats()["fetch_failures"] >= 1
+        assert gen.stats().fetch_failures >= 1
         proxy.restore()
         deadline = time.monotonic() + 15
         while True:
@@ -168,10 +168,10 @@ class TestProxy:
             time.sleep(0.01)
         stats = gen.stats()
         gen.close()
-        assert stats["fetches"] >= 2
-        assert stats["fetch_ms_mean"] >= 45               # the database really was slow
-        assert stats["waits"] == 0                        # and no caller ever waited for it
+        assert stats.fetches >= 2
+        assert stats.fetch_ms_mean >= 45               # the database really was slow
+        assert stats.waits == 0                        # and no caller ever waited for it
         print(f"\n{count} IDs, worst next_id {worst / 1e6:.3f} ms, "
-              f"fetch mean {stats['fetch_ms_mean']:.1f} ms")
+              f"fetch mean {stats.fetch_ms_mean:.1f} ms")
         engine.dispose()
         direct.engine.dispose()

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 
 import attrs
 import pytest
 
 from flakekit.builtin.layouts import SNOWFLAKE, SONYFLAKE
 from flakekit.builtin.static import StaticAllocator, StaticSettings
-from flakekit.clock import MonotonicClock
 from flakekit.errors import (
     ClockMovedBackwardsError,
     ForkedProcessError,
@@ -21,10 +19,11 @@ from flakekit.errors import (
     TimeOverflowError,
     WaitTooLongError,
 )
-from flakekit.layout import BitLayout
-from flakekit.lease import LeaseRequest, WorkerLease
-from flakekit.snowflake import SnowflakeGenerator
-from flakekit.testing import ManualClock
+from flakekit.generators.snowflake import SnowflakeGenerator
+from flakekit.leases.lease import LeaseRequest, WorkerLease
+from flakekit.testing import ManualClock, in_threads
+from flakekit.values.clock import MonotonicClock
+from flakekit.values.layout import BitLayout
 
 MS = 1_000_000
 
@@ -94,20 +93,17 @@ class TestUniqueness:
         gen = SnowflakeGenerator(SNOWFLAKE, MonotonicClock(), static()).start()
         old = sys.getswitchinterval()
         sys.setswitchinterval(1e-6)
-        results: list[list[int]] = [[] for _ in range(8)]
 
-        def work(out: list[int]) -> None:
+        def work(_: int) -> list[int]:
+            out: list[int] = []
             for i in range(20_000):
                 out.append(gen.next_id())
                 if i % 997 == 0:
                     out.extend(gen.next_ids(300))
+            return out
 
         try:
-            threads = [threading.Thread(target=work, args=(r,)) for r in results]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            results = in_threads(work, 8)
         finally:
             sys.setswitchinterval(old)
         flat = [i for r in results for i in r]
@@ -135,6 +131,32 @@ class TestUniqueness:
         assert len(set(ids)) == len(ids) and ids == sorted(ids)
         assert clock.monotonic_ns() - start >= 3 * 10 * MS
 
+
+    def test_the_spin_before_a_tick_hands_the_gil_over(self, monkeypatch):
+        """With a clock whose wall time is monotonic time plus an offset (the default
+        clock), the last millisecond before the next tick is a spin, and the spin yields
+        the CPU (and the GIL) each turn: a spin that kept the GIL made a server's event
+        loop wait out the 5 ms switch interval on every request beside a large batch."""
+        from flakekit.generators import snowflake
+
+        @attrs.define
+        class OffsetClock(ManualClock):
+            offset_ns: int | None = 0  # type: ignore[assignment]
+
+        clock = OffsetClock()
+        clock.offset_ns = clock.wall_ns - clock.mono_ns
+        yields: list[int] = []
+
+        def sched_yield() -> None:  # the spin's only way to see time move here
+            yields.append(clock.monotonic_ns())
+            clock.advance(ns=100_000)
+
+        monkeypatch.setattr(snowflake.os, "sched_yield", sched_yield)
+        gen, _ = manual_gen(worker=3, clock=clock)
+        first = gen.next_ids(4096)   # the whole tick
+        after = gen.next_id()        # waits for the next one, spinning
+        assert SNOWFLAKE.decompose(after)["time"] == SNOWFLAKE.decompose(first[0])["time"] + 1
+        assert 1 <= len(yields) <= 10
 
 class TestBatches:
     def test_next_ids_are_ranges(self):
@@ -282,7 +304,7 @@ class TestLease:
         assert not gen.keeper.renew_once()
         with pytest.raises(LeaseLostError, match="version changed"):
             gen.next_id()
-        assert gen.stats()["lost"] == "version changed"
+        assert gen.stats().lost == "version changed"
         gen.close()
 
     def test_allocator_push_stops_at_once(self):
@@ -342,16 +364,16 @@ class TestLease:
         gen = SnowflakeGenerator(SNOWFLAKE, clock, LeasedAllocator(clock)).start()
         for _ in range(5000):
             gen.next_id()
-        assert gen.stats()["ids_drawn"] == 5000
+        assert gen.stats().ids_drawn == 5000
         gen.next_ids(10_000)
         gen.next_id()
         clock.advance(0.01)
         gen.next_ids(3)
         stats = gen.stats()
         # a batch that takes over a tick's counter burns one draw of it
-        assert 15_004 <= stats["ids_drawn"] <= 15_006
-        assert stats["worker_id"] == 9 and stats["epoch"] == 1
-        assert 0.9 < stats["lease_remaining_s"] <= 1.0
+        assert 15_004 <= stats.ids_drawn <= 15_006
+        assert stats.worker_id == 9 and stats.epoch == 1
+        assert 0.9 < stats.lease_remaining_s <= 1.0
         gen.close()
 
 
@@ -456,8 +478,8 @@ def test_package_function_survives_module_import():
 
     import flakekit
 
-    module = importlib.import_module("flakekit.snowflake")
-    assert module is sys.modules["flakekit.snowflake"]
+    module = importlib.import_module("flakekit.generators.snowflake")
+    assert module is sys.modules["flakekit.generators.snowflake"]
     assert callable(flakekit.snowflake) and flakekit.snowflake is not module
     gen = flakekit.snowflake(worker_id=3)
     assert gen.next_id() > 0
@@ -607,3 +629,38 @@ def test_restart_in_child_even_if_a_parent_thread_was_starting():
         gen._starting.release()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+class TestCounterWithoutPickling:
+    """Issue 9 item 5: the counter was read through ``count.__reduce__`` (deprecated in
+    3.12, gone in 3.14). Fails before the fix on 3.12 and 3.13 (``.ci/run`` runs both)."""
+
+    @pytest.mark.parametrize("args", [(0,), (7,), (7, 4096), (-3, 2), (2**70, 1 << 22)])
+    def test_peek_reads_without_drawing(self, args):
+        import itertools
+        import warnings
+
+        from flakekit.values.counter import peek
+
+        counter = itertools.count(*args)
+        step = args[1] if len(args) > 1 else 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert peek(counter) == args[0]
+            next(counter)
+            assert peek(counter) == peek(counter) == args[0] + step
+        assert next(counter) == args[0] + step
+
+    def test_tick_changes_and_stats_raise_no_deprecation(self):
+        import warnings
+
+        gen, clock = manual_gen()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ids = []
+            for _ in range(50):            # 50 tick changes, each closes a counter
+                ids += [gen.next_id(), gen.next_id()]
+                clock.advance(0.001)
+            ids += gen.next_ids(5)
+            assert ids == sorted(set(ids)) and len(ids) == 105
+            assert 105 <= gen.stats().ids_drawn <= 106

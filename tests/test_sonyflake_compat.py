@@ -8,7 +8,7 @@ import pytest
 
 from flakekit.builtin.layouts import SONYFLAKE
 from flakekit.builtin.static import StaticAllocator, StaticSettings
-from flakekit.snowflake import SnowflakeGenerator
+from flakekit.generators.snowflake import SnowflakeGenerator
 from flakekit.testing import ManualClock
 
 sonyflake = pytest.importorskip("sonyflake")

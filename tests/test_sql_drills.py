@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import proxied
 from sqlalchemy import create_engine
 
 from flakekit.sql.schema import init_schema
+from flakekit.testing import proxied
 
 pytestmark = pytest.mark.slow
 

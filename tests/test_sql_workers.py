@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,27 +16,15 @@ from flakekit.errors import (
     WaitTooLongError,
     WorkerExhaustedError,
 )
-from flakekit.events import Events
-from flakekit.keeper import LeaseKeeper
-from flakekit.lease import LeaseRequest, WorkerLease
+from flakekit.leases.keeper import LeaseKeeper
+from flakekit.leases.lease import LeaseRequest, WorkerLease
 from flakekit.sql.schema import check_schema, init_schema, system_nodes
 from flakekit.sql.workers import SqlWorkerAllocator, list_records, release_worker
-from flakekit.testing import ManualClock
+from flakekit.testing import EventRecorder, ManualClock, in_threads
+from flakekit.testing import age_rows as shared_age_rows
+from flakekit.values.events import Events
 
 NS = 1_000_000_000
-
-
-class Hook:
-    """Records every event hook call (stands in for pluggy's ``pm.hook``)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return lambda **kwargs: self.calls.append((name, kwargs))
-
-    def alerts(self) -> list[str]:
-        return [kw["kind"] for name, kw in self.calls if name == "flakekit_alert"]
 
 
 class Target:
@@ -88,7 +75,7 @@ def engines() -> Iterator[Any]:
 NODES_CLOCK = ManualClock()
 
 
-def make(engine: Engine, clock: Any = None, hook: Hook | None = None, **kwargs: Any) -> SqlWorkerAllocator:
+def make(engine: Engine, clock: Any = None, hook: EventRecorder | None = None, **kwargs: Any) -> SqlWorkerAllocator:
     kwargs.setdefault("service", "orders")
     kwargs.setdefault("host", "10.0.0.1")
     kwargs.setdefault("port", 8080)
@@ -105,16 +92,7 @@ def age_rows(engine: Engine, seconds: float, where: str = "1=1", **params: Any) 
     """Move ``last_seen`` back by ``seconds`` on the database's own clock (and the nodes'
     shared clock forward by as much)."""
     NODES_CLOCK.advance(seconds)
-    name = engine.dialect.name
-    if name == "postgresql":
-        expr = "now() - make_interval(secs => :age)"
-    elif name in ("mysql", "mariadb"):
-        expr = "UTC_TIMESTAMP(6) - INTERVAL :age SECOND"
-    else:
-        expr = "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || :age || ' seconds')"
-    with engine.begin() as conn:
-        conn.execute(text(f"UPDATE system_nodes SET last_seen = {expr} WHERE {where}"),
-                     {"age": seconds, **params})
+    shared_age_rows(engine, seconds, where, **params)
 
 
 def row(engine: Engine, worker_id: int) -> dict[str, Any]:
@@ -201,21 +179,24 @@ class TestAcquire:
         assert lease.deadline_ns == clock.monotonic_ns() + 17 * NS
 
     def test_wait_too_long_takes_nothing(self, db_url, engines):
-        """A high-water mark beyond max_start_wait fails start-up and leaves the row free."""
+        """A high-water mark beyond max_start_wait leaves the row alone: another id is
+        taken, and with no other id start-up fails naming the clock (a clean release's
+        mark is the last ID's time) and leaves the row free."""
         engine = engines(db_url)
         clock = ManualClock()
-        lease = make(engine, clock).acquire(req())
+        lease = make(engine, clock).acquire(req(0))
         make(engine, clock).release(lease, clock.time_ns() + 60 * NS)
-        with pytest.raises(WaitTooLongError, match="max_start_wait"):
-            make(engine, clock).acquire(req())
+        with pytest.raises(WaitTooLongError, match="max_start_wait.*NTP"):
+            make(engine, clock).acquire(req(0))
         assert row(engine, 0)["holder"] is None
+        assert make(engine, clock).acquire(req()).worker_id == 1
         clock.advance(55)
-        assert make(engine, clock).acquire(req()).worker_id == 0
+        assert make(engine, clock).acquire(req(0)).worker_id == 0
 
     def test_capacity_alert_over_80_percent(self, db_url, engines):
         """The alert hook fires once more than 80% of the range is allocated."""
         engine = engines(db_url)
-        hook = Hook()
+        hook = EventRecorder()
         for i in range(5):
             make(engine, hook=hook, host=f"10.0.0.{i + 1}").acquire(req(4))
         assert hook.alerts() == ["worker-capacity"]  # the 5th of 5; 4 of 5 is exactly 80%
@@ -233,7 +214,7 @@ class TestReclaim:
         age_rows(engine, 2 * 3600, "machine_id = 0")
         age_rows(engine, 2 * 86400, "machine_id = 1")
         age_rows(engine, 8 * 86400, "machine_id = 2")
-        hook = Hook()
+        hook = EventRecorder()
         newcomer = make(engine, hook=hook, host="10.0.0.50")
         got = [newcomer.acquire(req(3)) for _ in range(3)]
         assert [(g.worker_id, g.epoch) for g in got] == [(2, 2), (1, 2), (0, 2)]
@@ -306,7 +287,7 @@ class TestHeartbeat:
     def test_version_conflict_stops_the_generator(self, db_url, engines):
         """A heartbeat that finds the version changed revokes, logs and fires the hook."""
         engine = engines(db_url)
-        hook = Hook()
+        hook = EventRecorder()
         alloc = make(engine)
         keeper = LeaseKeeper(alloc, req(), ManualClock(), Events(hook))
         target = Target()
@@ -515,44 +496,72 @@ class TestConcurrency:
         """200 acquirers started together, each with its own allocator, never collide."""
         engine = engines(db_url)
         init_schema(engine, "workers")
-        barrier = threading.Barrier(200)
-        got: list[int] = []
-        errors: list[BaseException] = []
-
-        def run(i: int) -> None:
-            alloc = make(engine, host=f"10.{i // 250}.{i % 250}.1")
-            barrier.wait()
-            try:
-                got.append(alloc.acquire(req()).worker_id)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(200)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors[:3]
+        allocs = [make(engine, host=f"10.{i // 250}.{i % 250}.1") for i in range(200)]
+        got = in_threads(lambda i: allocs[i].acquire(req()).worker_id, 200)
         assert sorted(got) == list(range(200))
 
     def test_same_host_port_threads_distinct(self, db_url, engines):
         """20 racing acquirers that all claim the same host:port still get 20 ids."""
         engine = engines(db_url)
         init_schema(engine, "workers")
-        barrier = threading.Barrier(20)
-        got: list[int] = []
-
-        def run() -> None:
-            alloc = make(engine)
-            barrier.wait()
-            got.append(alloc.acquire(req()).worker_id)
-
-        threads = [threading.Thread(target=run) for _ in range(20)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        allocs = [make(engine) for _ in range(20)]
+        got = in_threads(lambda i: allocs[i].acquire(req()).worker_id, 20)
         assert sorted(got) == list(range(20))
+
+    def test_an_acquire_outlasts_a_long_run_of_deadlocks(self, db_url, engines):
+        """A starter that loses 80 rounds in a row (deadlock victims, as under a crowd of
+        starters on a loaded host) still gets its id: retries are bounded by time
+        (lock_retry_s), not by a count (50 ran out in CI)."""
+        from sqlalchemy import event
+        from sqlalchemy.exc import OperationalError
+
+        engine = engines(db_url)
+        init_schema(engine, "workers")
+        alloc = make(engine)
+        left = [80]
+
+        def deadlock(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if left[0] and statement.lstrip().upper().startswith("UPDATE FLAKEKIT_SCHEMA"):
+                left[0] -= 1
+                raise OperationalError(statement, None, Exception(
+                    "(1213, 'Deadlock found when trying to get lock; try restarting "
+                    "transaction')"))
+
+        event.listen(engine, "before_cursor_execute", deadlock)
+        try:
+            assert alloc.acquire(req()).worker_id == 0
+        finally:
+            event.remove(engine, "before_cursor_execute", deadlock)
+        assert left == [0]
+
+    def test_first_acquire_beside_a_session_holding_the_gap_is_no_deadlock(
+            self, mariadb_url, engines, caplog):
+        """MariaDB: the service's lock row does not exist yet and another session holds
+        the gap where it goes (as a concurrent first acquire did: UPDATE of the missing
+        row, then INSERT). The acquire must not take that gap too and insert into it:
+        two gap holders inserting is a deadlock, a victim on one side or the other."""
+        import logging
+        import threading
+
+        from flakekit.sql.workers import lock_component
+
+        engine = engines(mariadb_url)
+        init_schema(engine, "workers")
+        got: list[Any] = []
+        with engine.connect() as other:
+            other.begin()
+            other.execute(text("UPDATE flakekit_schema SET version = version "
+                               "WHERE component = :c"), {"c": lock_component("orders")})
+            caplog.set_level(logging.DEBUG, logger="flakekit.sql.workers")
+            thread = threading.Thread(target=lambda: got.append(make(engine).acquire(req())))
+            thread.start()
+            thread.join(0.5)  # the acquire now waits for the other session's gap
+            other.execute(text("INSERT INTO flakekit_schema (component, version) "
+                               "VALUES (:c, 0)"), {"c": lock_component("orders")})
+            other.commit()
+        thread.join(30)
+        assert [lease.worker_id for lease in got] == [0]
+        assert not [r for r in caplog.records if "Deadlock" in r.getMessage()]
 
 
 class TestErrors:
@@ -584,9 +593,13 @@ class TestErrors:
     def test_driver_error_without_text_is_still_one_line(self):
         """`workers release` / `db init` turn a driver error with an empty message into
         one line instead of an IndexError traceback."""
+        from sqlalchemy import create_engine
+
         from flakekit.builtin.sql import _db_error
 
-        assert str(_db_error(Exception(""))) == "database error: Exception"
+        engine = create_engine("postgresql+psycopg://u:hunter2@db.example:5433/ids")
+        assert str(_db_error(Exception(""), engine)) == \
+            "database postgresql+psycopg://u:***@db.example:5433/ids: Exception"
 
 
 class TestSettings:
@@ -608,8 +621,8 @@ class TestSettings:
     )
     def test_bad_values(self, table, field, message):
         """Each wrong value names its field and the fix."""
+        from flakekit.assembly.settings import build_settings
         from flakekit.builtin.sql import SqlAllocatorSettings
-        from flakekit.settings import build_settings
 
         path = "generators.orders.allocator"
         with pytest.raises(ConfigError) as info:
@@ -674,13 +687,16 @@ class TestCommands:
 
 
 class TestEmbeddedDefault:
-    def test_load_without_config_uses_sqlite_in_cwd(self, tmp_path, monkeypatch):
-        """No config: the sql allocator on ./flakekit.db; two kits get distinct ids."""
+    def test_load_without_config_uses_sqlite_in_the_state_dir(self, tmp_path, monkeypatch):
+        """No config: the sql allocator on $FLAKEKIT_STATE_DIR/flakekit.db (not the working
+        directory); two kits get distinct ids."""
         import flakekit
 
         monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("FLAKEKIT_STATE_DIR", str(tmp_path / "state"))
         with flakekit.load() as one, flakekit.load() as two:
             a, b = one["default"], two["default"]
             assert a.worker_id != b.worker_id
             assert a.next_id() != b.next_id()
-        assert (tmp_path / "flakekit.db").exists()
+        assert (tmp_path / "state" / "flakekit.db").exists()
+        assert not (tmp_path / "flakekit.db").exists()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from flakekit import hookimpl
-from flakekit.clock import MonotonicClock, MonotonicSettings, SystemClock, SystemSettings
-from flakekit.registry import Register
+from flakekit.pluginhost.markers import hookimpl
+from flakekit.pluginhost.registry import Register
+from flakekit.values.clock import MonotonicClock, MonotonicSettings, SystemClock, SystemSettings
 
 
 @hookimpl

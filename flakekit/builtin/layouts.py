@@ -1,10 +1,14 @@
-"""Built-in layouts: snowflake, sonyflake, region-split."""
+"""Built-in layouts: flakekit's own (snowflake, sonyflake, region-split) and the foreign ID
+families users bring (twitter, discord, sonyflake-v2, instagram, mastodon), so
+``flakekit decode ID --layout discord`` reads their IDs. Each foreign layout's test vector
+(tests/test_presets.py) comes from that system's own documentation or code.
+"""
 
 from __future__ import annotations
 
-from flakekit import hookimpl
-from flakekit.layout import BitLayout
-from flakekit.registry import Register
+from flakekit.pluginhost.markers import hookimpl
+from flakekit.pluginhost.registry import Register
+from flakekit.values.layout import BitLayout
 
 SNOWFLAKE = BitLayout(
     name="snowflake",
@@ -25,8 +29,53 @@ REGION_SPLIT = BitLayout(
     description="Snowflake with 3 region bits: 41 time / 3 region / 7 worker / 12 sequence",
 )
 
+# twitter-archive/snowflake IdWorker.scala: twepoch 1288834974657, datacenterIdBits 5,
+# workerIdBits 5, sequenceBits 12; id = time << 22 | datacenter << 17 | worker << 12 | seq.
+TWITTER = BitLayout(
+    name="twitter",
+    fields=[["time", 41], ["datacenter", 5], ["worker", 5], ["sequence", 12]],
+    unit_ns="1ms", epoch_ms=1288834974657,
+    description="Twitter/X IDs: 41 time (1 ms) / 5 datacenter / 5 worker / 12 sequence",
+)
+# discord.com/developers/docs/reference#snowflakes: 42 bits of ms since the Discord epoch
+# 1420070400000 (2015-01-01), 5 internal worker, 5 internal process, 12 increment; 64 bits.
+DISCORD = BitLayout(
+    name="discord",
+    fields=[["time", 42], ["worker", 5], ["process", 5], ["sequence", 12]],
+    unit_ns="1ms", epoch_ms=1420070400000, total_bits=64,
+    description="Discord snowflakes: 42 time (1 ms since 2015) / 5 worker / 5 process / 12 increment",
+)
+# sony/sonyflake v2 (v2/sonyflake.go): defaults 39 time bits of 10 ms, 8 sequence, 16
+# machine, and StartTime 2025-01-01 00:00:00 UTC (v1: 2014-09-01).
+SONYFLAKE_V2 = BitLayout(
+    name="sonyflake-v2",
+    fields=[["time", 39], ["sequence", 8], ["machine", 16]],
+    unit_ns="10ms", epoch_ms="2025-01-01T00:00:00Z",
+    description="Sonyflake v2 defaults: 39 time (10 ms since 2025) / 8 sequence / 16 machine",
+)
+# Instagram Engineering, "Sharding & IDs at Instagram" (2012): PL/pgSQL next_id() with
+# our_epoch 1314220021721; (now - epoch) << 23 | shard_id << 10 | seq % 1024.
+INSTAGRAM = BitLayout(
+    name="instagram",
+    fields=[["time", 41], ["shard", 13], ["sequence", 10]],
+    unit_ns="1ms", epoch_ms=1314220021721, total_bits=64,
+    description="Instagram IDs: 41 time (1 ms) / 13 shard / 10 sequence",
+)
+# mastodon/mastodon lib/mastodon/snowflake.rb: 6 bytes (48 bits) of ms since the Unix
+# epoch, then 2 bytes (16 bits) of hashed sequence data.
+MASTODON = BitLayout(
+    name="mastodon",
+    fields=[["time", 48], ["sequence", 16]],
+    unit_ns="1ms", epoch_ms=0, total_bits=64,
+    description="Mastodon IDs: 48 time (1 ms since 1970) / 16 sequence (hashed)",
+)
+
+#: flakekit's own layouts, then the foreign families, in listing order
+LAYOUTS = (SNOWFLAKE, SONYFLAKE, REGION_SPLIT, TWITTER, DISCORD, SONYFLAKE_V2, INSTAGRAM,
+           MASTODON)
+
 
 @hookimpl
 def flakekit_register_layouts(register: Register) -> None:
-    for layout in (SNOWFLAKE, SONYFLAKE, REGION_SPLIT):
+    for layout in LAYOUTS:
         register(layout.name, layout, description=layout.description)

@@ -7,25 +7,42 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from flakekit import hookimpl
 from flakekit.errors import ConfigError, UnknownNameError
-from flakekit.registry import Register
-from flakekit.sql.leaf import SqlSegmentStore, SqlStoreSettings
+from flakekit.pluginhost.markers import hookimpl
+from flakekit.pluginhost.registry import Register
+from flakekit.sql.settings import SqlStoreSettings  # not sql.leaf: --help needs no SQLAlchemy
 
 if TYPE_CHECKING:
     import click
 
-    from flakekit.config import Config
+    from flakekit.assembly.config import Config
+    from flakekit.sql.leaf import SqlSegmentStore
 
 __all__ = ["StoreTarget", "segments_report", "store_targets"]
+
+
+@attrs.frozen
+class SqlStoreOptions(SqlStoreSettings):
+    """``store = {type = "sql", ...}``: the table, plus ``keys``: ``"one"`` (default) serves
+    the generator's own key; ``"all"`` makes ``flakekit serve`` answer every ``biz_tag`` of
+    the table on Leaf's URL, keys added while it runs included (as a Leaf server does)."""
+
+    keys: str = attrs.field(default="one", validator=attrs.validators.in_(("one", "all")))
 
 
 @hookimpl
 def flakekit_register_segment_stores(register: Register) -> None:
     register(
-        "sql", SqlSegmentStore.from_settings, settings=SqlStoreSettings,
+        "sql", _build_sql_store, settings=SqlStoreOptions,
         description="Leaf's leaf_alloc table (PostgreSQL, MariaDB/MySQL, SQLite)",
     )
+
+
+def _build_sql_store(settings: SqlStoreSettings, context: Any) -> SqlSegmentStore:
+    """Factory registered as ``sql``; imports SQLAlchemy only when a config uses it."""
+    from flakekit.sql.leaf import SqlSegmentStore
+
+    return SqlSegmentStore.from_settings(settings, context)
 
 
 @attrs.frozen
@@ -37,6 +54,35 @@ class StoreTarget:
     generators: dict[str, str] = attrs.field(factory=dict)  # key -> generator name
 
 
+@attrs.frozen
+class SqlStoreRef:
+    """A generator of the config whose segment store is this plugin's ``sql``."""
+
+    generator: str
+    key: str
+    settings: SqlStoreOptions
+    strict: bool = False   # order = "strict": the store also needs the key-owner table
+
+
+def sql_store_refs(config: Config) -> list[SqlStoreRef]:
+    """The config's references to the ``sql`` store, parsed once by the plugin host (the
+    strategy's settings say which key; no raw table is read here)."""
+    from flakekit.assembly.kit import typed_generators
+    from flakekit.assembly.settings import build_settings
+    from flakekit.generators.segment import SegmentSettings
+    from flakekit.pluginhost.host import get_host
+
+    out = []
+    for name, spec in typed_generators(config, get_host()).items():
+        for ref in spec.refs:
+            if ref.kind == "segment store" and ref.type == "sql":
+                key = spec.settings.key if isinstance(spec.settings, SegmentSettings) else None
+                out.append(SqlStoreRef(name, str(key or name),
+                                       build_settings(SqlStoreOptions, ref.settings, ref.path),
+                                       getattr(spec.settings, "order", "node") == "strict"))
+    return out
+
+
 def store_targets(config: Config, backend: str | None = None) -> list[StoreTarget]:
     """The ``sql`` segment tables named by ``config`` (or ``backend``'s ``leaf_alloc``).
 
@@ -44,17 +90,9 @@ def store_targets(config: Config, backend: str | None = None) -> list[StoreTarge
     embedded SQLite file), so ``flakekit segments create`` works with no config at all.
     """
     found: dict[tuple[str, str], dict[str, str]] = {}
-    for name, spec in config.generators.items():
-        if spec.strategy != "segment":
-            continue
-        store = spec.table.get("store", {"type": "sql", "backend": "default"})
-        if isinstance(store, str):
-            store = {"type": store}
-        if not isinstance(store, Mapping) or store.get("type", "sql") != "sql":
-            continue
-        where = (str(store.get("backend", "default")), str(store.get("table", "leaf_alloc")))
-        key = spec.table.get("key") or name
-        found.setdefault(where, {})[str(key)] = name
+    for target in sql_store_refs(config):
+        where = (target.settings.backend, target.settings.table)
+        found.setdefault(where, {})[target.key] = target.generator
     if backend is not None:
         if backend not in config.backends:
             raise UnknownNameError("--backend", "backend", backend, config.backends)
@@ -83,12 +121,15 @@ def segments_report(
         row = info.to_dict()
         row["generator"] = target.generators.get(info.key)
         gen = running.get(info.key)
-        row["buffers"] = gen.stats()["buffers"] if gen is not None else None
+        row["buffers"] = ([b.as_dict() for b in gen.stats().buffers]
+                          if gen is not None else None)
         keys.append(row)
     return {"backend": target.backend, "table": target.table, "keys": keys}
 
 
 def _store(pool: Any, target: StoreTarget) -> SqlSegmentStore:
+    from flakekit.sql.leaf import SqlSegmentStore
+
     return SqlSegmentStore(pool.engine(target.backend, f"backends.{target.backend}"), target.table)
 
 
@@ -107,6 +148,9 @@ def _print_report(report: dict[str, Any], echo: Any) -> None:
     echo("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
     for row in rows:
         echo("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for k in report["keys"]:
+        if k.get("problem"):  # listed anyway: one bad row must not hide the others
+            echo(f"  ! {k['key']}: cannot serve a segment: {k['problem']}")
     for k in report["keys"]:
         for buf in k["buffers"] or []:
             state = (f"[{buf['start']}, {buf['end']}) at {buf['position']} step {buf['step']}"
@@ -134,7 +178,7 @@ def flakekit_register_commands(cli: click.Group) -> None:
         """Segment keys (Leaf's leaf_alloc): max_id, step, and who serves them."""
         if ctx.invoked_subcommand is not None:
             return
-        from flakekit.config import load_config
+        from flakekit.assembly.config import load_config
 
         config = load_config(config_path)
         pool = config.pool()
@@ -164,7 +208,7 @@ def flakekit_register_commands(cli: click.Group) -> None:
         backend: str | None, as_json: bool,
     ) -> None:
         """Create KEY in leaf_alloc (and the table itself if it is missing)."""
-        from flakekit.config import load_config
+        from flakekit.assembly.config import load_config
 
         config = load_config(config_path)
         targets = store_targets(config, backend)

@@ -2,24 +2,26 @@
 
 ``allocator = {type = "sql", backend = "main", service = "orders"}`` leases worker ids
 from the ``system_nodes`` table of ``[backends.main]`` (see :mod:`flakekit.sql.workers`
-and docs/workers-sql.md). It is the embedded default too, on a SQLite file in the
-working directory -- which is safe for the processes of ONE host only.
+and docs/workers-sql.md). It is the embedded default too, on a SQLite file in the user's
+state directory -- which is safe for the processes of ONE host (and one user) only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import click
 from attrs.validators import instance_of, optional
 
-from flakekit import hookimpl
-from flakekit.context import BuildContext
-from flakekit.errors import BackendError, ConfigError, FlakekitError
-from flakekit.registry import Register
-from flakekit.timeunits import format_unit, parse_duration_ns
+from flakekit.errors import BackendError, ConfigError, FieldError, FlakekitError
+from flakekit.pluginhost.markers import hookimpl
+from flakekit.pluginhost.registry import Register
+from flakekit.values.timeunits import format_unit, parse_duration_ns
+
+if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
+    from flakekit.assembly.context import BuildContext
 
 __all__ = ["SqlAllocatorSettings", "build_sql_allocator"]
 
@@ -77,8 +79,9 @@ class SqlAllocatorSettings:
             lease.
         safety_window: a lease ends this long before its row may be reclaimed (default
             ``"5s"``); it must leave room for at least one heartbeat.
-        create_schema: create missing tables at start-up (default: yes on SQLite, no on
-            database servers, where ``flakekit db init`` is expected).
+        create_schema: create missing tables and apply schema migrations at start-up
+            (default: yes on SQLite, no on database servers, where ``flakekit db init``
+            and ``flakekit db upgrade`` are expected).
         max_start_wait: the longest a start-up may wait for the clock to pass the last
             time the id was used (default ``"10s"``); more fails start-up.
     """
@@ -100,7 +103,8 @@ class SqlAllocatorSettings:
     def __attrs_post_init__(self) -> None:
         shortest = min(self.reclaim_after)
         if shortest - self.safety_window <= self.heartbeat:
-            raise ValueError(
+            raise FieldError(
+                "heartbeat",
                 f"heartbeat ({format_unit(self.heartbeat)}) must be shorter than the "
                 f"shortest of reclaim_after ({format_unit(shortest)}) minus safety_window "
                 f"({format_unit(self.safety_window)}), or every lease lapses between "
@@ -148,11 +152,7 @@ def flakekit_register_allocators(register: Register) -> None:
 
 
 # -- commands ------------------------------------------------------------------------------
-config_option = click.option(
-    "--config", "-c", "config_path", type=click.Path(dir_okay=False), default=None,
-    envvar="FLAKEKIT_CONFIG",
-    help="Config file (TOML). Default: $FLAKEKIT_CONFIG, else the embedded SQLite default.",
-)
+from flakekit.cli import config_option  # noqa: E402  (one --config lookup for every command)
 
 
 @attrs.frozen
@@ -165,17 +165,15 @@ class _SqlGenerator:
 
 
 def _sql_generators(config: Any) -> Iterator[_SqlGenerator]:
-    from flakekit.settings import build_settings
+    from flakekit.assembly.kit import typed_generators
+    from flakekit.assembly.settings import build_settings
+    from flakekit.pluginhost.host import get_host
 
-    for spec in config.generators.values():
-        table = spec.table.get("allocator")
-        if isinstance(table, str):
-            table = {"type": table}
-        if not isinstance(table, dict) or table.get("type") != "sql":
-            continue
-        rest = {k: v for k, v in table.items() if k != "type"}
-        path = f"{spec.path}.allocator"
-        settings = build_settings(SqlAllocatorSettings, rest, path)
+    refs = [(spec, ref) for spec in typed_generators(config, get_host()).values()
+            for ref in spec.refs if ref.kind == "allocator" and ref.type == "sql"]
+    for spec, ref in refs:
+        path = ref.path
+        settings = build_settings(SqlAllocatorSettings, ref.settings, path)
         if settings.backend not in config.backends:
             from flakekit.errors import UnknownNameError
 
@@ -188,10 +186,14 @@ def _engine(pool: Any, gen: _SqlGenerator) -> Any:
     return pool.engine(gen.settings.backend, f"{gen.path}.backend")
 
 
-def _db_error(exc: Exception) -> BackendError:
+def _db_error(exc: Exception, engine: Any) -> BackendError:
+    """One line naming the database (password hidden) and the driver's first line."""
+    from flakekit.sql.backends import describe_engine
+
     orig = getattr(exc, "orig", None) or exc
     lines = str(orig).strip().splitlines()
-    return BackendError(f"database error: {lines[0] if lines else type(orig).__name__}")
+    return BackendError(f"database {describe_engine(engine)}: "
+                        f"{lines[0] if lines else type(orig).__name__}")
 
 
 def register_commands(cli: click.Group) -> None:
@@ -211,52 +213,94 @@ def flakekit_register_commands(cli: click.Group) -> None:
 
 @click.group()
 def db() -> None:
-    """Database schema of the SQL backends."""
+    """Database schema of the SQL backends (versioned components)."""
+
+
+def _schema_targets(config: Any) -> list[tuple[str, Any]]:
+    """(backend, component) for every table the config needs, in a stable order: the
+    ``workers`` registry of each sql allocator, the ``segments`` table of each sql store,
+    and what plugins' components ask for."""
+    from flakekit.builtin.segments import store_targets
+    from flakekit.sql import schema
+    from flakekit.sql.leaf import segments_component
+
+    wanted: dict[tuple[str, str], Any] = {}
+    for gen in _sql_generators(config):
+        wanted.setdefault((gen.settings.backend, schema.WORKERS_COMPONENT), schema.WORKERS)
+    from flakekit.builtin.segments import sql_store_refs
+
+    if sql_store_refs(config):
+        try:
+            stores = [t for t in store_targets(config) if t.generators]
+        except ConfigError:  # no sql segment store, and no default backend to fall back to
+            stores = []
+        for target in stores:
+            comp = segments_component(target.table)
+            wanted.setdefault((target.backend, comp.name), comp)
+        for ref in sql_store_refs(config):   # strict keys: the fence beside their rows
+            if ref.strict:
+                wanted.setdefault((ref.settings.backend, schema.CLUSTER.name), schema.CLUSTER)
+    for comp in schema.components():
+        for backend in (comp.backends(config) if comp.backends is not None else ()):
+            if backend not in config.backends:
+                from flakekit.errors import UnknownNameError
+
+                raise UnknownNameError(f"schema component {comp.name}", "backend", backend,
+                                       config.backends)
+            wanted.setdefault((backend, comp.name), comp)
+    if not wanted:
+        default = "default" if "default" in config.backends else next(iter(config.backends), None)
+        if default is None:
+            raise ConfigError("backends", "the config has no backends to initialise")
+        wanted[(default, schema.WORKERS_COMPONENT)] = schema.WORKERS
+    return [(backend, comp) for (backend, _), comp in wanted.items()]
+
+
+def _schema_command(config_path: str | None, upgrade: bool) -> None:
+    from sqlalchemy.exc import DBAPIError
+
+    from flakekit.assembly.config import load_config
+    from flakekit.sql import schema
+    from flakekit.sql.backends import describe_engine
+
+    config = load_config(config_path)
+    targets = _schema_targets(config)
+    apply = schema.upgrade_schema if upgrade else schema.init_schema
+    shown = config_path or config.source or ""  # "": the embedded default, no -c
+    pool = config.pool()
+    try:
+        for backend, comp in targets:
+            engine = pool.engine(backend, f"backends.{backend}")
+            try:
+                change = apply(engine, comp)
+            except DBAPIError as exc:
+                raise _db_error(exc, engine) from None
+            click.echo(f"backends.{backend} ({describe_engine(engine)}): "
+                       f"{change.describe(shown)}")
+    finally:
+        pool.dispose()
 
 
 @db.command("init")
 @config_option
 def db_init(config_path: str | None) -> None:
-    """Create the flakekit tables (idempotent) on every SQL backend the config uses."""
-    from sqlalchemy.exc import DBAPIError
+    """Create the tables every generator of the config needs (idempotent).
 
-    from flakekit.config import load_config
-    from flakekit.sql import schema
+    Existing tables are left as they are; an older schema is reported with the `db
+    upgrade` to run.
+    """
+    _schema_command(config_path, upgrade=False)
 
-    try:  # the segment store declares its tables when imported
-        import flakekit.sql.leaf  # noqa: F401
-    except ImportError:
-        pass
-    config = load_config(config_path)
-    targets: dict[str, set[str]] = {}
-    for gen in _sql_generators(config):
-        targets.setdefault(gen.settings.backend, set()).add(schema.WORKERS_COMPONENT)
-    for spec in config.generators.values():
-        store = spec.table.get("store")
-        if isinstance(store, str):
-            store = {"type": store}
-        if isinstance(store, dict) and store.get("type") == "sql":
-            backend = store.get("backend", "default")
-            if backend in config.backends and "segments" in schema.components():
-                targets.setdefault(backend, set()).add("segments")
-    if not targets:
-        default = "default" if "default" in config.backends else next(iter(config.backends), None)
-        if default is None:
-            raise ConfigError("backends", "the config has no backends to initialise")
-        targets[default] = {schema.WORKERS_COMPONENT}
-    pool = config.pool()
-    try:
-        for backend, comps in targets.items():
-            engine = pool.engine(backend, f"backends.{backend}")
-            for comp in sorted(comps):
-                try:
-                    schema.init_schema(engine, comp)
-                except DBAPIError as exc:
-                    raise _db_error(exc) from None
-                click.echo(f"backends.{backend}: {comp} schema ready "
-                           f"({engine.url.render_as_string(hide_password=True)})")
-    finally:
-        pool.dispose()
+
+@db.command("upgrade")
+@config_option
+def db_upgrade(config_path: str | None) -> None:
+    """Create what is missing and apply the schema migrations in order (idempotent).
+
+    Two upgrades of one database at once run one after the other (a database lock). A
+    database newer than this flakekit is refused.
+    """
+    _schema_command(config_path, upgrade=True)
 
 
 @click.command("release")
@@ -272,7 +316,7 @@ def workers_release(ctx: click.Context, worker_id: int, config_path: str | None,
     """Free worker WORKER_ID so the next start-up may take it (operators)."""
     from sqlalchemy.exc import DBAPIError
 
-    from flakekit.config import load_config
+    from flakekit.assembly.config import load_config
     from flakekit.sql.schema import WORKERS_COMPONENT, check_schema
     from flakekit.sql.workers import release_worker
 
@@ -296,7 +340,7 @@ def workers_release(ctx: click.Context, worker_id: int, config_path: str | None,
                 tiers_ns=gen.settings.reclaim_after, safety_window_ns=gen.settings.safety_window,
             )
         except DBAPIError as exc:
-            raise _db_error(exc) from None
+            raise _db_error(exc, engine) from None
         except LookupError as exc:  # no such worker: wrong input (exit 2)
             raise ConfigError("WORKER_ID", str(exc)) from None
         except RuntimeError as exc:

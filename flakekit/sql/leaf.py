@@ -9,13 +9,25 @@ reading the row back (``RETURNING`` where the dialect has it). The new range is
 ``[max_id - step, max_id)``. Nothing else is ever written except by :meth:`create` and by
 the compare-and-set of :meth:`give_back`, which only lowers ``max_id`` when it still equals
 the end of the caller's own last range (so nobody handed anything out above it).
+
+The UPDATE only matches a row that can serve it (``0 <= max_id <= MAX_ID - step``): near
+the top of the BIGINT range an overflowing ``max_id + step`` would otherwise fail on
+PostgreSQL, be clamped by a non-strict MariaDB and turn into a REAL on SQLite (which then
+reissued IDs). Values read back must be integers of their own (no ``int()`` coercion).
+
+Cluster mode's strict keys pass a ``claim`` to :meth:`SqlSegmentStore.fetch` and
+:meth:`~SqlSegmentStore.give_back`: the same transaction then checks the key's row of
+``flakekit_key_owner`` first (:mod:`flakekit.sql.key_owner`), so a deposed owner cannot
+move ``max_id``. Without a claim nothing changes.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from sqlalchemy import (
@@ -26,9 +38,12 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    case,
+    false,
     func,
     insert,
     inspect,
+    literal,
     select,
     text,
     update,
@@ -40,25 +55,47 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from flakekit.errors import BackendError, ConfigError, SchemaError, UnknownKeyError
+from flakekit.cluster.membership import KeyClaim, KeyOwnerRecord
+from flakekit.errors import (
+    BackendError,
+    ConfigError,
+    FenceError,
+    SchemaError,
+    SegmentRowError,
+    UnknownKeyError,
+)
+from flakekit.sql import key_owner
+from flakekit.sql.schema import (
+    Component,
+    check_schema,
+    init_schema,
+    read_version,
+    register_component,
+)
+from flakekit.sql.settings import SqlStoreSettings
+from flakekit.sql.transactions import write_transaction
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
 __all__ = [
     "LEAF_MYSQL_DDL",
+    "SEGMENTS_COMPONENT",
     "Allocation",
     "KeyInfo",
     "SqlSegmentStore",
     "SqlStoreSettings",
     "leaf_alloc_table",
+    "row_problem",
+    "segments_component",
 ]
 
 log = logging.getLogger("flakekit.segment")
 
 #: ``step`` is ``int(11)`` in Leaf's DDL
 MAX_DB_STEP = 2**31 - 1
-#: ``max_id`` is a signed 64-bit column
+#: ``max_id`` is a signed 64-bit column; it holds the exclusive end of the last range, so
+#: the last ID a key can ever hand out is ``MAX_ID - 1``
 MAX_ID = 2**63 - 1
 
 #: Leaf's own DDL (``scripts/leaf_alloc.sql``), used verbatim on MySQL and MariaDB so a
@@ -74,6 +111,29 @@ LEAF_MYSQL_DDL = (
 )
 
 
+SEGMENTS_COMPONENT = "segments"
+
+
+def _create_leaf_table(conn: Connection, table: Table) -> None:
+    if conn.dialect.name in ("mysql", "mariadb"):
+        conn.execute(text(LEAF_MYSQL_DDL.format(table=table.name)))
+    else:
+        table.create(conn, checkfirst=True)
+
+
+def segments_component(table: str = "leaf_alloc") -> Component:
+    """The ``segments`` schema component of one Leaf table (``segments:TABLE`` for a
+    table of another name).
+
+    Version 1 is Leaf's table: a Leaf database (no ``flakekit_schema`` row) is version 1
+    and nothing is ever written to it for that. The columns stay Leaf's: data flakekit
+    keeps about a key goes into tables of its own.
+    """
+    name = SEGMENTS_COMPONENT if table == "leaf_alloc" else f"{SEGMENTS_COMPONENT}:{table}"
+    return Component(name=name[:64], version=1, tables=(leaf_alloc_table(table),),
+                     unrecorded=1, create=_create_leaf_table)
+
+
 def leaf_alloc_table(name: str = "leaf_alloc", metadata: MetaData | None = None) -> Table:
     """The ``leaf_alloc`` table as SQLAlchemy Core sees it (same columns as Leaf's DDL)."""
     return Table(
@@ -87,26 +147,7 @@ def leaf_alloc_table(name: str = "leaf_alloc", metadata: MetaData | None = None)
     )
 
 
-def _validate_table_name(instance: object, attribute: attrs.Attribute, value: str) -> None:
-    if not value.replace("_", "").isalnum() or not value[:1].isalpha():
-        raise ValueError(f"a table name must be letters, digits and '_' , got {value!r}")
-
-
-@attrs.frozen
-class SqlStoreSettings:
-    """``store = {type = "sql", ...}`` of a segment generator.
-
-    Attributes:
-        backend: the ``[backends.NAME]`` holding the table (default ``"default"``).
-        table: the table name (default ``"leaf_alloc"``, Leaf's; change it only to keep
-            several independent Leaf-style tables in one database).
-    """
-
-    backend: str = attrs.field(default="default", validator=attrs.validators.instance_of(str))
-    table: str = attrs.field(
-        default="leaf_alloc",
-        validator=[attrs.validators.instance_of(str), _validate_table_name],
-    )
+register_component(segments_component())
 
 
 @attrs.frozen
@@ -130,23 +171,67 @@ class Allocation:
         return self.max_id - self.step
 
 
+def _is_int(value: object) -> bool:
+    return type(value) is int  # not bool, not a REAL SQLite made of an overflow, not text
+
+
+def row_problem(max_id: object, step: object, increment: int | None = None) -> str | None:
+    """Why a ``leaf_alloc`` row cannot serve a fetch of ``increment`` (None: its own step)
+    IDs, or None when it can. Shared by :meth:`SqlSegmentStore.fetch` and the listings."""
+    if not _is_int(step):
+        return f"step {step!r} is not an integer"
+    if not _is_int(max_id):
+        return f"max_id {max_id!r} is not an integer"
+    assert isinstance(max_id, int) and isinstance(step, int)
+    if step < 1:
+        return f"step {step} is below 1"
+    if max_id < 0:
+        return f"max_id {max_id} is negative (IDs are never negative)"
+    increment = step if increment is None else increment
+    if max_id >= MAX_ID:
+        return f"used up: max_id is {MAX_ID}, the largest value of the BIGINT column"
+    if max_id > MAX_ID - increment:
+        return (f"used up: max_id {max_id} + step {increment} would pass {MAX_ID}, the "
+                f"largest value of the BIGINT column (only {MAX_ID - max_id} IDs left)")
+    return None
+
+
+def _minus(value: Any, increment: Any) -> Any:
+    """``max_id`` before an update that added ``increment`` (as read, if not a number)."""
+    try:
+        return value - increment
+    except TypeError:
+        return value
+
+
+def _plain(value: object) -> object:
+    """A database value as JSON can carry it (bad rows may hold REALs, text, decimals)."""
+    return value if value is None or isinstance(value, (int, float, str)) else str(value)
+
+
 @attrs.frozen
 class KeyInfo:
-    """One ``leaf_alloc`` row, for listings."""
+    """One ``leaf_alloc`` row, for listings. ``problem`` says why no fetch can use it.
+
+    ``max_id`` and ``step`` are the values as stored: integers unless the row is bad.
+    """
 
     key: str
-    max_id: int
-    step: int
+    max_id: Any
+    step: Any
     description: str | None
     update_time: dt.datetime | None
+    problem: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
             "key": self.key,
-            "max_id": self.max_id,
-            "step": self.step,
+            "max_id": _plain(self.max_id),
+            "step": _plain(self.step),
             "description": self.description,
-            "update_time": self.update_time.isoformat() if self.update_time else None,
+            "update_time": (self.update_time.isoformat()
+                            if isinstance(self.update_time, dt.datetime) else None),
+            "problem": self.problem,
         }
 
 
@@ -167,6 +252,7 @@ class SqlSegmentStore:
     table_name: str = "leaf_alloc"
     _table: Table = attrs.field(init=False)
     _checked: bool = attrs.field(init=False, default=False)
+    _version_ok: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         self._table = leaf_alloc_table(self.table_name)
@@ -196,23 +282,21 @@ class SqlSegmentStore:
         except SQLAlchemyError as exc:
             raise self._backend_error("looking for the table", exc) from None
 
+    @property
+    def component(self) -> Component:
+        """This table's schema component (``segments``)."""
+        return segments_component(self.table_name)
+
     def init_schema(self) -> bool:
-        """Create the table if it is missing (Leaf's DDL on MySQL/MariaDB). True if created."""
+        """Create the table if it is missing (Leaf's DDL on MySQL/MariaDB), under the
+        schema lock (:func:`flakekit.sql.schema.init_schema`). True if created."""
         if self.has_table():
             return False
-        try:
-            with self.engine.begin() as conn:
-                if self.engine.dialect.name in ("mysql", "mariadb"):
-                    conn.execute(text(LEAF_MYSQL_DDL.format(table=self.table_name)))
-                else:
-                    self._table.metadata.create_all(conn, tables=[self._table], checkfirst=True)
-        except SQLAlchemyError as exc:
-            if self.has_table():  # another process created it at the same moment
-                return False
-            raise self._backend_error("creating the table", exc) from None
-        log.info("created segment table %s", self.where)
+        created = bool(init_schema(self.engine, self.component).created)
+        if created:
+            log.info("created segment table %s", self.where)
         self._checked = False
-        return True
+        return created
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaError` unless the table exists with Leaf's columns."""
@@ -235,7 +319,21 @@ class SqlSegmentStore:
                 f"{', '.join(missing)}; it is not a Leaf leaf_alloc table (expected biz_tag, "
                 "max_id, step, description, update_time)"
             )
+        check_schema(self.engine, self.component)  # refuses a version newer than this code
         self._checked = True
+
+    def _check_version(self) -> None:
+        """Once per store: refuse a ``segments`` schema newer than this code (its row in
+        ``flakekit_schema``; a Leaf database has none and is version 1)."""
+        comp = self.component
+        try:
+            with self.engine.connect() as conn:
+                found = read_version(conn, comp.name)
+        except SQLAlchemyError as exc:
+            raise self._translate("reading the schema version", exc) from None
+        if found is not None and found != comp.version:
+            check_schema(self.engine, comp)  # the one-line newer/older message
+        self._version_ok = True
 
     def _translate(self, action: str, exc: SQLAlchemyError) -> Exception:
         """A database error as a flakekit error; a missing table becomes a SchemaError."""
@@ -256,54 +354,143 @@ class SqlSegmentStore:
         return self._backend_error(action, exc)
 
     # -- the one hot database operation ----------------------------------------------------
-    def fetch(self, key: str, step: int | None = None) -> Allocation:
+    def fetch(self, key: str, step: int | None = None,
+              claim: KeyClaim | None = None) -> Allocation:
         """Advance ``max_id`` of ``key`` by ``step`` (None: by the row's ``step`` column)
         in one transaction and return the new range.
 
+        With a ``claim`` (cluster mode's strict keys) the same transaction first locks the
+        key's ``flakekit_key_owner`` row and checks it is still the claim's (node, epoch,
+        not released); without one this is Leaf's fetch, unchanged.
+
         Raises:
+            FenceError: the claim no longer holds the key (``max_id`` is unchanged).
             UnknownKeyError: no row for ``key``.
             SchemaError: the table is missing.
             BackendError: the database failed (nothing was allocated, or the allocation is
                 simply lost: ``max_id`` only grows, so a lost range is never reissued).
         """
         t = self._table
-        if step is not None and not (1 <= step <= MAX_ID):
-            raise ValueError(f"step must be at least 1, got {step}")
-        increment = t.c.step if step is None else step
+        if step is not None and (
+            isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_ID
+        ):
+            raise ValueError(f"step must be an integer from 1 to {MAX_ID}, got {step!r}")
+        # only a row that can serve the fetch matches: max_id + step is never computed
+        # past the column's range (CASE: no `MAX_ID - step` overflow for a step below 1)
+        room: Any
+        if step is None:
+            increment: Any = t.c.step
+            room = case((t.c.step >= 1, t.c.max_id <= literal(MAX_ID, BigInteger) - t.c.step),
+                        else_=false())
+        else:
+            increment = step
+            room = (t.c.step >= 1) & (t.c.max_id <= MAX_ID - step)
         stmt = (
             update(t)
-            .where(t.c.biz_tag == key)
+            .where(t.c.biz_tag == key, t.c.max_id >= 0, room)
             .values(max_id=t.c.max_id + increment, update_time=func.current_timestamp())
         )
+        if not self._version_ok:
+            self._check_version()
         returning = self.engine.dialect.update_returning
+        read_back = select(t.c.max_id, t.c.step).where(t.c.biz_tag == key)
         try:
-            with self.engine.connect() as conn:
-                if not returning:
-                    self._no_autocommit(conn)  # UPDATE and SELECT must be one transaction
-                with conn.begin():
-                    if returning:
-                        row = conn.execute(stmt.returning(t.c.max_id, t.c.step)).first()
-                    else:
-                        result = conn.execute(stmt)
-                        row = None
-                        if result.rowcount:
-                            row = conn.execute(
-                                select(t.c.max_id, t.c.step).where(t.c.biz_tag == key)
-                            ).first()
-                    if row is not None and int(row[1]) < 1:
-                        # raised inside the transaction, so it rolls back: a step of 0 or
-                        # below must never move max_id (lowering it would reissue IDs)
-                        raise SchemaError(
-                            f"segment store {self.where}: key {key!r} has step {int(row[1])}; "
-                            f"a step must be at least 1 (UPDATE {self.table_name} SET step = "
-                            f"1000 WHERE biz_tag = '{key}')"
-                        )
+            with self._transaction(claim, returning) as conn:
+                if claim is not None:
+                    self._fence(conn, key, claim, "fetch")  # before max_id moves
+                if returning:
+                    row = conn.execute(stmt.returning(t.c.max_id, t.c.step)).first()
+                else:
+                    result = conn.execute(stmt)
+                    row = conn.execute(read_back).first() if result.rowcount else None
+                if row is None:  # no such key, or a row no fetch can use: say which
+                    bad = conn.execute(read_back).first()
+                    if bad is None:
+                        raise UnknownKeyError(key, f" (no row in {self.where})")
+                    raise self._refusal(key, bad[0], bad[1], step)
+                if not (_is_int(row[0]) and _is_int(row[1])):
+                    # raised inside the transaction, so it rolls back (SQLite keeps
+                    # what it is given: a REAL max_id would pass the guard above);
+                    # the message shows max_id as it was stored
+                    raise self._refusal(key, _minus(row[0], row[1] if step is None
+                                                    else step), row[1], step)
         except SQLAlchemyError as exc:
             raise self._translate(f"fetching a segment of key {key!r}", exc) from None
-        if row is None:
-            raise UnknownKeyError(key, f" (no row in {self.where})")
-        max_id, db_step = int(row[0]), int(row[1])
+        max_id, db_step = row[0], row[1]
         return Allocation(key, max_id, db_step if step is None else step, db_step)
+
+    def _refusal(self, key: str, max_id: object, step: object, increment: int | None) -> Exception:
+        """The error for a row that cannot serve a fetch (nothing was allocated)."""
+        problem = row_problem(max_id, step, increment)
+        if problem is None:  # it was changed under us between the UPDATE and the read
+            return BackendError(f"segment store {self.where}: key {key!r} changed during "
+                                "the fetch; retrying")
+        fix = (f"UPDATE {self.table_name} SET step = 1000 WHERE biz_tag = '{key}'"
+               if problem.startswith("step") else
+               f"UPDATE {self.table_name} SET max_id = N WHERE biz_tag = '{key}', N an "
+               "integer above every ID the key has issued")
+        room = None
+        if problem.startswith("used up"):
+            assert isinstance(max_id, int)
+            room = MAX_ID - max_id
+            fix = ("move its users to a new key (`flakekit segments create NEW --step N`); "
+                   "this one cannot go further")
+        return SegmentRowError(
+            key, f"segment store {self.where}: key {key!r} cannot serve a segment: "
+            f"{problem}; nothing was allocated. Fix: {fix}", room,
+        )
+
+    @contextmanager
+    def _transaction(self, claim: KeyClaim | None, returning: bool) -> Iterator[Connection]:
+        """The fetch's transaction: a fenced one holds its lock from the first read."""
+        if claim is not None:
+            with write_transaction(self.engine) as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            if not returning:
+                self._no_autocommit(conn)  # UPDATE and SELECT must be one transaction
+            with conn.begin():
+                yield conn
+
+    def _fence(self, conn: Connection, key: str, claim: KeyClaim, action: str) -> None:
+        if claim.key != key:
+            raise ValueError(f"the claim is for key {claim.key!r}, not {key!r}")
+        problem = key_owner.check_claim(conn, key_owner.valid_claim(claim))
+        if problem is not None:
+            raise FenceError(f"segment store {self.where}: node {claim.node!r} may not "
+                             f"{action} key {key!r} at epoch {claim.epoch}: {problem}; "
+                             "nothing was changed")
+
+    # -- the key fence (cluster mode) -----------------------------------------------------
+    def claim_key(self, claim: KeyClaim, waited: bool) -> bool:
+        """Take a strict key for ``claim.node`` at ``claim.epoch`` (see
+        :mod:`flakekit.sql.key_owner`)."""
+        try:
+            return key_owner.claim_key(self.engine, claim, waited)
+        except SQLAlchemyError as exc:
+            raise self._translate(f"claiming key {claim.key!r}", exc) from None
+
+    def release_key(self, claim: KeyClaim) -> bool:
+        """Release a strict key, fenced by node and epoch."""
+        try:
+            return key_owner.release_key(self.engine, claim)
+        except SQLAlchemyError as exc:
+            raise self._translate(f"releasing key {claim.key!r}", exc) from None
+
+    def key_owners(self) -> list[KeyOwnerRecord]:
+        """The key-owner table."""
+        try:
+            return key_owner.key_owners(self.engine)
+        except SQLAlchemyError as exc:
+            raise self._translate("listing key owners", exc) from None
+
+    def key_owner(self, key: str) -> KeyOwnerRecord | None:
+        """``key``'s row of the key-owner table (None: never claimed)."""
+        try:
+            return key_owner.key_owner_of(self.engine, key)
+        except SQLAlchemyError as exc:
+            raise self._translate(f"reading the owner of key {key!r}", exc) from None
 
     def _no_autocommit(self, conn: Connection) -> None:
         """Make sure ``conn`` runs a real transaction even on an AUTOCOMMIT engine."""
@@ -317,14 +504,17 @@ class SqlSegmentStore:
             conn.execution_options(isolation_level=conn.default_isolation_level or "SERIALIZABLE")
 
     # -- shutdown -------------------------------------------------------------------------
-    def give_back(self, key: str, expected_max_id: int, new_max_id: int) -> bool:
+    def give_back(self, key: str, expected_max_id: int, new_max_id: int,
+                  claim: KeyClaim | None = None) -> bool:
         """Lower ``max_id`` to ``new_max_id`` only if it is still ``expected_max_id``.
 
         The caller must own every ID in ``[new_max_id, expected_max_id)`` and never hand
         any of them out again. Returns True if the row was changed (False: someone else
-        fetched meanwhile, so the tail stays unused, as in Leaf).
+        fetched meanwhile, so the tail stays unused, as in Leaf). With a ``claim`` the
+        owner row is checked first in the same transaction: a deposed owner's give-back
+        returns False and changes nothing.
         """
-        if new_max_id >= expected_max_id:
+        if not 0 <= new_max_id < expected_max_id <= MAX_ID:
             return False
         t = self._table
         stmt = (
@@ -333,7 +523,15 @@ class SqlSegmentStore:
             .values(max_id=new_max_id, update_time=func.current_timestamp())
         )
         try:
-            with self.engine.begin() as conn:
+            if claim is None:
+                with self.engine.begin() as conn:
+                    return conn.execute(stmt).rowcount == 1
+            with write_transaction(self.engine) as conn:
+                try:
+                    self._fence(conn, key, claim, "give back")
+                except FenceError as exc:
+                    log.warning("%s", exc)
+                    return False
                 return conn.execute(stmt).rowcount == 1
         except SQLAlchemyError as exc:
             raise self._translate(f"giving back the tail of key {key!r}", exc) from None
@@ -367,7 +565,7 @@ class SqlSegmentStore:
                 rows = conn.execute(stmt.order_by(t.c.biz_tag)).all()
         except SQLAlchemyError as exc:
             raise self._translate("listing keys", exc) from None
-        return [KeyInfo(r[0], int(r[1]), int(r[2]), r[3], r[4]) for r in rows]
+        return [KeyInfo(r[0], r[1], r[2], r[3], r[4], row_problem(r[1], r[2])) for r in rows]
 
     def create(
         self, key: str, step: int, start: int = 1, description: str | None = None
@@ -380,8 +578,12 @@ class SqlSegmentStore:
         _check_key(key)
         if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_DB_STEP:
             raise ConfigError("step", f"must be an integer from 1 to {MAX_DB_STEP}, got {step!r}")
-        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < MAX_ID:
-            raise ConfigError("start", f"must be an integer from 0 to {MAX_ID - 1}, got {start!r}")
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= MAX_ID - step:
+            raise ConfigError(
+                "start", f"must be an integer from 0 to {MAX_ID - step} with step {step} (a "
+                f"fetch ends at start + step, which must not pass {MAX_ID}, the BIGINT "
+                f"column's maximum), got {start!r}"
+            )
         if description is not None and len(description) > 256:
             raise ConfigError("description", "must be at most 256 characters")
         self.init_schema()

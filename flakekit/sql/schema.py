@@ -1,10 +1,23 @@
-"""Database schema of the SQL backends, versioned per component.
+"""Database schema of the SQL backends: versioned components and their migrations.
 
-Every component (``workers`` here, ``segments`` in :mod:`flakekit.sql.leaf`) owns some
-tables and one row in ``flakekit_schema(component, version)``. ``flakekit db init``
-creates what is missing and records the version; start-up calls :func:`check_schema` so a
-missing or older table fails with one message that says what to run, instead of an SQL
-error in the middle of an acquire.
+A :class:`Component` (``workers`` here, ``segments`` in :mod:`flakekit.sql.leaf`, a
+plugin's tables through :func:`register_component`) owns some tables, a current version
+and the ordered :class:`Migration` steps from each older version; its version lives in
+one row of ``flakekit_schema(component, version)``. ``flakekit db init`` creates what is
+missing, ``flakekit db upgrade`` also applies the migrations, both under one schema lock
+per database (PostgreSQL advisory lock, MariaDB ``GET_LOCK``, SQLite ``BEGIN
+IMMEDIATE``), so two of them at once run one after the other. Start-up calls
+:func:`check_schema`: a missing, older or newer schema fails with one line saying what to
+run, instead of an SQL error in the middle of an acquire.
+
+Versions of the ``workers`` component (``system_nodes``):
+
+1. the tables as first released (databases created before versions 2 existed are this).
+2. index ``system_nodes_service_seen (service, last_seen)``: the reclaim tiers and the
+   stale-row counts filter a service's rows by ``last_seen``; without it each tier query
+   of an acquire that reaches step 3 reads the service's whole range inside the
+   serialised acquire transaction (a full Sonyflake range: 109 ms per acquire instead of
+   51, ``benchmarks/bench_workers_index.py``).
 
 Why the columns look the way they do (``system_nodes``):
 
@@ -21,49 +34,81 @@ Why the columns look the way they do (``system_nodes``):
   ``host_name`` (for people; it plays no part in matching).
 * lease fields: ``holder`` (a per-process token, NULL once released), ``issued_until``
   (wall ns up to which the holder issued IDs: the restart high-water mark).
+
+The ``cluster`` component (cluster mode, docs/cluster.md): ``flakekit_members`` (a node
+lease per member, ``last_seen`` on the database clock), ``flakekit_cluster_view`` (one
+row per cluster, never deleted; ``epoch`` changes only by compare-and-set) and
+``flakekit_key_owner`` (who owns each strict key at which epoch: the fence every segment
+fetch checks). They are tables of their own so that ``leaf_alloc`` stays Leaf's. Version
+1 is the first: ``flakekit db upgrade`` (or ``db init``) adds the three tables to an
+existing database and touches nothing else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+import attrs
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
+    Index,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
     String,
     Table,
+    Text,
     UniqueConstraint,
     func,
     inspect,
     select,
+    text,
+    update,
 )
 from sqlalchemy.dialects import mysql, postgresql
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine.reflection import Inspector
+from sqlalchemy.exc import DBAPIError
 
-from flakekit.backends import redact_url
 from flakekit.errors import SchemaError
+from flakekit.sql.backends import redact_url
 
 __all__ = [
+    "CLUSTER",
+    "CLUSTER_COMPONENT",
+    "CLUSTER_SCHEMA_VERSION",
     "WORKERS_COMPONENT",
     "WORKERS_SCHEMA_VERSION",
+    "Component",
+    "Migration",
+    "SchemaChange",
     "check_schema",
-    "create_tables",
+    "cluster_view",
+    "components",
+    "get_component",
     "init_schema",
+    "key_owner",
+    "members",
     "metadata",
+    "read_version",
     "register_component",
+    "schema_lock",
     "schema_table",
     "system_nodes",
+    "unregister_component",
+    "upgrade_schema",
 ]
 
 metadata = MetaData()
 
-#: one row per component: which schema version its tables have
+#: one row per component: which schema version its tables have (``workers:SERVICE`` rows
+#: are the acquire locks of :mod:`flakekit.sql.workers`, not components)
 schema_table = Table(
     "flakekit_schema",
     metadata,
@@ -91,84 +136,197 @@ system_nodes = Table(
     PrimaryKeyConstraint("service", "machine_id", name="system_nodes_pkey"),
     UniqueConstraint("service", "host", "port", "slot", name="system_nodes_identity"),
 )
+#: workers v2: the reclaim tiers select a service's rows by ``last_seen``
+system_nodes_seen = Index("system_nodes_service_seen", system_nodes.c.service,
+                          system_nodes.c.last_seen)
 
-WORKERS_COMPONENT = "workers"
-WORKERS_SCHEMA_VERSION = 1
+# -- cluster mode (component ``cluster``) ---------------------------------------------------
+#: one row per (cluster, node): the node's membership lease
+members = Table(
+    "flakekit_members",
+    metadata,
+    Column("cluster", String(64), nullable=False),
+    Column("node", String(128), nullable=False),
+    Column("advertise", String(255), nullable=False, server_default=""),
+    Column("weight", Integer, nullable=False, server_default="1"),
+    Column("holder", String(160), nullable=False),       # the incarnation's random token
+    Column("incarnation", BigInteger, nullable=False),   # +1 on every join: fencing token
+    Column("state", String(16), nullable=False),         # alive | draining | left
+    Column("last_seen", _Timestamp, nullable=False, server_default=func.now()),
+    Column("lease_ms", Integer, nullable=False),         # the lease the holder renews
+    PrimaryKeyConstraint("cluster", "node", name="flakekit_members_pkey"),
+)
+#: one row per cluster, never deleted; ``epoch`` only moves by ``WHERE epoch = :seen``
+cluster_view = Table(
+    "flakekit_cluster_view",
+    metadata,
+    Column("cluster", String(64), primary_key=True),
+    Column("epoch", BigInteger, nullable=False),
+    Column("members", Text, nullable=False),             # JSON [{node, advertise, weight}]
+    Column("changed_at", _Timestamp, nullable=False, server_default=func.now()),
+)
+#: one row per strict key: its owner and the view epoch of the claim (the fence)
+key_owner = Table(
+    "flakekit_key_owner",
+    metadata,
+    Column("biz_tag", String(128), primary_key=True),
+    Column("owner_node", String(128), nullable=False),
+    Column("owner_epoch", BigInteger, nullable=False),
+    Column("released", Boolean, nullable=False),
+    Column("claimed_at", _Timestamp, nullable=False, server_default=func.now()),
+)
 
-#: component -> (version, tables); other modules add theirs with register_component
-_COMPONENTS: dict[str, tuple[int, tuple[Table, ...]]] = {
-    WORKERS_COMPONENT: (WORKERS_SCHEMA_VERSION, (system_nodes,)),
-}
+#: a step: SQL text, or a function of the connection (for checks such as "if missing")
+Step = str | Callable[[Connection], None]
 
 
-def register_component(name: str, version: int, tables: Sequence[Table]) -> None:
-    """Declare a component's tables and current schema version (idempotent)."""
-    _COMPONENTS[name] = (version, tuple(tables))
+def _steps(value: Mapping[str, Sequence[Step]]) -> dict[str, tuple[Step, ...]]:
+    return {dialect: tuple(steps) for dialect, steps in value.items()}
 
 
-def components() -> list[str]:
-    return sorted(_COMPONENTS)
+@attrs.frozen
+class Migration:
+    """The steps that take a component's tables from one version to the next.
 
-
-def _component(name: str) -> tuple[int, tuple[Table, ...]]:
-    try:
-        return _COMPONENTS[name]
-    except KeyError:
-        raise SchemaError(
-            f"unknown schema component {name!r}; known: {', '.join(components())}"
-        ) from None
-
-
-def _where(engine: Engine) -> str:
-    return redact_url(engine.url.render_as_string(hide_password=True))
-
-
-def create_tables(engine: Engine, component: str, version: int, tables: Iterable[Table]) -> None:
-    """Create ``tables`` if missing and record ``component`` at ``version``.
-
-    Safe to run from many processes at once: a racing ``CREATE`` or version insert is
-    ignored as long as the schema checks out afterwards.
+    ``steps`` maps a dialect name (``postgresql``, ``mysql`` -- MariaDB too --,
+    ``sqlite``) or ``"*"`` (every other) to what to run. Steps must be safe to run again
+    (``IF NOT EXISTS``, ``checkfirst``): MariaDB commits each DDL statement on its own, so
+    a crash can leave a migration half applied and unrecorded.
     """
-    tables = list(tables)
-    try:
-        with engine.begin() as conn:
-            schema_table.create(conn, checkfirst=True)
-            for table in tables:
-                table.create(conn, checkfirst=True)
-    except DBAPIError:  # someone else created them a moment ago
-        pass
-    try:
-        with engine.begin() as conn:
-            found = conn.execute(
-                select(schema_table.c.version).where(schema_table.c.component == component)
-            ).scalar_one_or_none()
-            if found is None:
-                conn.execute(schema_table.insert().values(component=component, version=version))
-    except IntegrityError:
-        pass
-    _check(engine, component, version, tables)
+
+    from_version: int
+    to_version: int
+    steps: Mapping[str, tuple[Step, ...]] = attrs.field(converter=_steps)
+    description: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if not 1 <= self.from_version < self.to_version:
+            raise ValueError(f"a migration goes up from version 1 or later, got "
+                             f"{self.from_version} -> {self.to_version}")
+
+    def steps_for(self, dialect: str) -> tuple[Step, ...]:
+        if dialect in self.steps:
+            return self.steps[dialect]
+        if "*" in self.steps:
+            return self.steps["*"]
+        raise SchemaError(f"schema migration {self.from_version} -> {self.to_version} "
+                          f"({self.description}) has no steps for {dialect}")
 
 
-def init_schema(engine: Engine, component: str) -> None:
-    """Create the tables of ``component`` (``flakekit db init``); idempotent."""
-    version, tables = _component(component)
-    create_tables(engine, component, version, tables)
+def _tables(value: Iterable[Table]) -> tuple[Table, ...]:
+    return tuple(value)
 
 
-def check_schema(engine: Engine, component: str) -> None:
-    """Raise :class:`SchemaError` unless ``component``'s tables are there and current."""
-    version, tables = _component(component)
-    _check(engine, component, version, tables)
+def _in_order(migrations: Iterable[Migration]) -> tuple[Migration, ...]:
+    return tuple(sorted(migrations, key=lambda m: m.from_version))
 
 
-def _check_lease_clock(engine: Engine, columns: Sequence[Mapping[str, Any]]) -> None:
+def _create_table(conn: Connection, table: Table) -> None:
+    table.create(conn, checkfirst=True)
+
+
+@attrs.frozen(kw_only=True)
+class Component:
+    """A set of tables with one version, and how to bring older tables up to it.
+
+    Attributes:
+        name: its row in ``flakekit_schema`` (at most 64 characters).
+        version: the version this code creates and needs.
+        tables: the tables at ``version`` (created by ``db init`` when missing).
+        migrations: ``from_version -> to_version`` steps, a chain ending at ``version``.
+        unrecorded: the version of tables that exist with no row (``segments``: a Leaf
+            database is version 1 and nothing is written to it while it stays there);
+            None refuses such tables.
+        create: how to create one table (default: SQLAlchemy's DDL).
+        check: further start-up checks, given the engine and an inspector.
+        backends: for a plugin's component: which of a loaded config's backends need it
+            (``db init`` and ``db upgrade`` then include it); None: someone else asks.
+    """
+
+    name: str = attrs.field(validator=attrs.validators.max_len(64))
+    version: int
+    tables: tuple[Table, ...] = attrs.field(converter=_tables)
+    migrations: tuple[Migration, ...] = attrs.field(default=(), converter=_in_order)
+    unrecorded: int | None = None
+    create: Callable[[Connection, Table], None] = _create_table
+    check: Callable[[Engine, Inspector], None] | None = None
+    backends: Callable[[Any], Iterable[str]] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        version = self.migrations[0].from_version if self.migrations else self.version
+        for m in self.migrations:
+            if m.from_version != version:
+                raise ValueError(f"component {self.name!r}: migrations must follow each "
+                                 f"other, found {m.from_version} after version {version}")
+            version = m.to_version
+        if version != self.version:
+            raise ValueError(f"component {self.name!r}: the migrations end at version "
+                             f"{version}, not at its version {self.version}")
+
+    def path(self, found: int) -> tuple[Migration, ...]:
+        """The migrations from ``found`` to :attr:`version`, in order."""
+        path = tuple(m for m in self.migrations if m.from_version >= found)
+        if found < self.version and (not path or path[0].from_version != found):
+            raise SchemaError(f"the {self.name} schema is version {found}, and this "
+                              f"flakekit has no migration from it (oldest: "
+                              f"{self.migrations[0].from_version if self.migrations else '-'})")
+        return path
+
+
+@attrs.frozen
+class SchemaChange:
+    """What :func:`init_schema` / :func:`upgrade_schema` found and did."""
+
+    component: str
+    before: int | None  # None: the tables were missing
+    after: int
+    latest: int
+    tables: tuple[str, ...] = ()
+    created: tuple[str, ...] = ()
+    applied: tuple[Migration, ...] = ()
+
+    @property
+    def pending(self) -> bool:
+        """The tables are older than this code (``db init`` leaves them so)."""
+        return self.after < self.latest
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.applied)
+
+    def describe(self, config: str | None = None) -> str:
+        """One line for ``db init`` / ``db upgrade``."""
+        tables = ", ".join(f"created {t}" if t in self.created else t for t in self.tables)
+        if self.applied:
+            what = "; ".join(m.description or f"{m.from_version} -> {m.to_version}"
+                             for m in self.applied)
+            return (f"{self.component} schema upgraded from version {self.before} to "
+                    f"{self.after}: {what} ({tables})")
+        if self.pending:
+            return (f"{self.component} schema is version {self.after}, this flakekit uses "
+                    f"{self.latest}: run {upgrade_command(config)} ({tables})")
+        state = "ready" if self.created else "up to date"
+        return f"{self.component} schema {state} (version {self.after}; {tables})"
+
+
+def upgrade_command(config: str | None = None) -> str:
+    """The command to paste: ``config`` None (unknown here) says ``-c CONFIG``, ``""``
+    (the embedded default) needs no ``-c``."""
+    import shlex
+
+    if config == "":
+        return "`flakekit db upgrade`"
+    return f"`flakekit db upgrade -c {shlex.quote(config) if config else 'CONFIG'}`"
+
+
+def _check_lease_clock(engine: Engine, inspector: Inspector) -> None:
     """``last_seen`` must not depend on the session time zone.
 
     A PostgreSQL ``TIMESTAMP`` (without time zone) stores ``now()`` in the writer's
     session zone and a MariaDB/MySQL ``TIMESTAMP`` converts through it, so a node whose
     session zone differs sees a live lease as hours old and reclaims it.
     """
-    (col,) = [c for c in columns if c["name"] == "last_seen"]
+    (col,) = [c for c in inspector.get_columns("system_nodes") if c["name"] == "last_seen"]
     type_ = col["type"]
     name = engine.dialect.name
     if name == "postgresql":
@@ -187,49 +345,279 @@ def _check_lease_clock(engine: Engine, columns: Sequence[Mapping[str, Any]]) -> 
         )
 
 
-def _check(engine: Engine, component: str, version: int, tables: Sequence[Table]) -> None:
+WORKERS_COMPONENT = "workers"
+WORKERS_SCHEMA_VERSION = 2
+
+WORKERS = Component(
+    name=WORKERS_COMPONENT,
+    version=WORKERS_SCHEMA_VERSION,
+    tables=(system_nodes,),
+    migrations=(
+        Migration(1, 2, {"*": (lambda conn: system_nodes_seen.create(conn, checkfirst=True),)},
+                  "index system_nodes_service_seen (service, last_seen)"),
+    ),
+    unrecorded=1,  # tables without a row were made by hand from the version-1 DDL
+    check=_check_lease_clock,
+)
+
+CLUSTER_COMPONENT = "cluster"
+CLUSTER_SCHEMA_VERSION = 1
+
+
+def _cluster_backends(config: Any) -> Iterable[str]:
+    """The backend of a config's ``[cluster] membership = {type = "sql", ...}`` (read
+    duck-typed: the config's cluster section is optional; the membership is a plugin
+    reference whose ``settings`` hold the backend, ``"default"`` when not given). The
+    key-owner table of strict generators is asked for by their segment stores."""
+    cluster = getattr(config, "cluster", None)
+    membership = getattr(cluster, "membership", None)
+    if isinstance(membership, Mapping):
+        kind, settings = membership.get("type"), membership
+    else:
+        kind, settings = getattr(membership, "type", None), getattr(membership, "settings", {})
+    backend = settings.get("backend", "default") if isinstance(settings, Mapping) else None
+    if kind == "sql" and isinstance(backend, str) and backend:
+        yield backend
+
+
+CLUSTER = Component(
+    name=CLUSTER_COMPONENT,
+    version=CLUSTER_SCHEMA_VERSION,
+    tables=(members, cluster_view, key_owner),
+    check=None,
+    backends=_cluster_backends,
+)
+
+#: name -> component; plugins and other modules add theirs with register_component
+_COMPONENTS: dict[str, Component] = {WORKERS.name: WORKERS, CLUSTER.name: CLUSTER}
+
+
+def register_component(component: Component) -> Component:
+    """Declare a component (a plugin's tables); registering it again replaces it."""
+    _COMPONENTS[component.name] = component
+    return component
+
+
+def unregister_component(name: str) -> None:
+    """Forget a component (tests that register their own)."""
+    _COMPONENTS.pop(name, None)
+
+
+def components() -> list[Component]:
+    return [_COMPONENTS[name] for name in sorted(_COMPONENTS)]
+
+
+def get_component(name: str | Component) -> Component:
+    if isinstance(name, Component):
+        return name
+    try:
+        return _COMPONENTS[name]
+    except KeyError:
+        raise SchemaError(
+            f"unknown schema component {name!r}; known: "
+            f"{', '.join(c.name for c in components())}"
+        ) from None
+
+
+def _where(engine: Engine | Connection) -> str:
+    return redact_url(engine.engine.url.render_as_string(hide_password=True))
+
+
+def _first_line(exc: DBAPIError) -> str:
+    lines = str(exc.orig or exc).strip().splitlines()
+    return lines[0] if lines else type(exc.orig or exc).__name__
+
+
+# -- the lock -----------------------------------------------------------------------------
+#: PostgreSQL advisory lock key / MariaDB lock name of schema changes
+LOCK_NAME = "flakekit_schema"
+_PG_LOCK_KEY = zlib.crc32(LOCK_NAME.encode())
+#: how long a MariaDB ``db upgrade`` waits for another one (PostgreSQL: lock_timeout)
+LOCK_WAIT_S = 120
+
+
+@contextmanager
+def schema_lock(engine: Engine) -> Iterator[Connection]:
+    """A connection inside a transaction that holds the database's schema lock."""
+    dialect = engine.dialect.name
+    with engine.connect() as conn:
+        if dialect == "sqlite":
+            # BEGIN IMMEDIATE takes the write lock now; pysqlite must not begin on its own
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.exec_driver_sql("ROLLBACK")
+                raise
+            conn.exec_driver_sql("COMMIT")
+        elif dialect == "postgresql":
+            with conn.begin():
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+                yield conn
+        elif dialect in ("mysql", "mariadb"):
+            got = conn.execute(text("SELECT GET_LOCK(:name, :wait)"),
+                               {"name": LOCK_NAME, "wait": LOCK_WAIT_S}).scalar()
+            conn.commit()
+            if got != 1:
+                raise SchemaError(f"another schema change in {_where(engine)} held the lock "
+                                  f"{LOCK_NAME!r} for {LOCK_WAIT_S} s; try again once it ends")
+            try:
+                with conn.begin():  # DDL commits on its own here: steps must be re-runnable
+                    yield conn
+            finally:
+                conn.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": LOCK_NAME})
+                conn.commit()
+        else:
+            with conn.begin():
+                yield conn
+
+
+# -- reading and writing versions ---------------------------------------------------------
+def read_version(conn: Connection, name: str) -> int | None:
+    """The recorded version of component ``name`` (None: no row, or no table)."""
+    if not inspect(conn).has_table(schema_table.name):
+        return None
+    return conn.execute(
+        select(schema_table.c.version).where(schema_table.c.component == name)
+    ).scalar_one_or_none()
+
+
+def _record(conn: Connection, component: Component, version: int, had_row: bool) -> None:
+    if had_row:
+        conn.execute(update(schema_table).where(schema_table.c.component == component.name)
+                     .values(version=version))
+        return
+    if version == component.unrecorded:  # e.g. a Leaf database stays untouched
+        return
+    schema_table.create(conn, checkfirst=True)
+    conn.execute(schema_table.insert().values(component=component.name, version=version))
+
+
+def _newer(component: Component, found: int, where: str) -> SchemaError:
+    from flakekit.__about__ import __version__
+
+    return SchemaError(
+        f"the {component.name} schema in {where} is version {found}, newer than this "
+        f"flakekit {__version__} understands (version {component.version}); upgrade "
+        "flakekit to the release that upgraded the database"
+    )
+
+
+def _ensure(conn: Connection, component: Component, upgrade: bool) -> SchemaChange:
+    """Under the schema lock: create what is missing, then (``upgrade``) migrate."""
+    existing = set(inspect(conn).get_table_names())
+    found = read_version(conn, component.name)
+    had_row = found is not None
+    present = [t for t in component.tables if t.name in existing]
+    missing = [t for t in component.tables if t.name not in existing]
+    if found is None and present:
+        if component.unrecorded is None:
+            raise SchemaError(
+                f"the {component.name} tables in {_where(conn)} carry no schema version "
+                f"(flakekit_schema has no {component.name!r} row); record the version "
+                "they have by hand"
+            )
+        found = component.unrecorded
+    for table in missing:
+        component.create(conn, table)
+    created = tuple(t.name for t in missing)
+    names = tuple(t.name for t in component.tables)
+    if found is None:  # a fresh database: the tables are the latest
+        _record(conn, component, component.version, had_row)
+        return SchemaChange(component.name, None, component.version, component.version,
+                            names, created)
+    if found > component.version:
+        raise _newer(component, found, _where(conn))
+    if found == component.version or not upgrade:
+        return SchemaChange(component.name, found, found, component.version, names, created)
+    applied = component.path(found)
+    version = found
+    for migration in applied:
+        for step in migration.steps_for(conn.dialect.name):
+            if isinstance(step, str):
+                conn.execute(text(step))
+            else:
+                step(conn)
+        version = migration.to_version
+        _record(conn, component, version, had_row)  # MariaDB: progress survives a crash
+        had_row = had_row or version != component.unrecorded
+    return SchemaChange(component.name, found, version, component.version, names, created,
+                        applied)
+
+
+def _locked(engine: Engine, component: Component, upgrade: bool) -> SchemaChange:
+    try:
+        with schema_lock(engine) as conn:
+            return _ensure(conn, component, upgrade)
+    except DBAPIError as exc:
+        raise SchemaError(f"cannot {'upgrade' if upgrade else 'create'} the "
+                          f"{component.name} tables in {_where(engine)}: "
+                          f"{_first_line(exc)}") from None
+
+
+def init_schema(engine: Engine, component: str | Component) -> SchemaChange:
+    """Create the missing tables of ``component`` (``flakekit db init``); idempotent.
+
+    Existing tables are not changed: an older version stays older (see
+    :attr:`SchemaChange.pending`), a newer one raises :class:`SchemaError`.
+    """
+    comp = get_component(component)
+    change = _locked(engine, comp, upgrade=False)
+    if not change.pending:
+        check_schema(engine, comp)
+    return change
+
+
+def upgrade_schema(engine: Engine, component: str | Component) -> SchemaChange:
+    """Create what is missing and apply the migrations in order (``flakekit db
+    upgrade``); idempotent, and serialised with any other upgrade of the database."""
+    comp = get_component(component)
+    change = _locked(engine, comp, upgrade=True)
+    check_schema(engine, comp)
+    return change
+
+
+def check_schema(engine: Engine, component: str | Component) -> None:
+    """Raise :class:`SchemaError` unless ``component``'s tables are there and current."""
+    comp = get_component(component)
     fix = "run `flakekit db init` (with --config FILE for your config)"
     try:
         inspector = inspect(engine)
         existing = set(inspector.get_table_names())
-        for table in (schema_table, *tables):
+        for table in comp.tables:
             if table.name not in existing:
                 raise SchemaError(
                     f"table {table.name!r} does not exist in {_where(engine)}; {fix}, "
                     "or set create_schema = true on the allocator"
                 )
-            have = {col["name"] for col in inspector.get_columns(table.name)}
-            missing = [col.name for col in table.columns if col.name not in have]
-            if missing:
+            have = {col["name"].lower() for col in inspector.get_columns(table.name)}
+            absent = [col.name for col in table.columns if col.name not in have]
+            if absent:
                 raise SchemaError(
                     f"table {table.name!r} in {_where(engine)} is older than this "
-                    f"flakekit: it lacks column(s) {', '.join(missing)}; {fix} after "
+                    f"flakekit: it lacks column(s) {', '.join(absent)}; {fix} after "
                     "moving the old table aside (its rows can be copied back)"
                 )
-            if table is system_nodes:
-                _check_lease_clock(engine, inspector.get_columns(table.name))
+        if comp.check is not None:
+            comp.check(engine, inspector)
         with engine.connect() as conn:
-            found = conn.execute(
-                select(schema_table.c.version).where(schema_table.c.component == component)
-            ).scalar_one_or_none()
+            found = read_version(conn, comp.name)
     except DBAPIError as exc:
-        lines = str(exc.orig or exc).strip().splitlines()
         raise SchemaError(
-            f"cannot read the flakekit schema in {_where(engine)}: "
-            f"{lines[0] if lines else type(exc.orig or exc).__name__}"
+            f"cannot read the flakekit schema in {_where(engine)}: {_first_line(exc)}"
         ) from None
     if found is None:
+        if comp.unrecorded is None:
+            raise SchemaError(
+                f"the {comp.name} tables in {_where(engine)} carry no schema version "
+                f"(flakekit_schema has no {comp.name!r} row); {fix}"
+            )
+        found = comp.unrecorded
+    if found < comp.version:
         raise SchemaError(
-            f"the {component} tables in {_where(engine)} carry no schema version "
-            f"(flakekit_schema has no {component!r} row); {fix}"
+            f"the {comp.name} schema in {_where(engine)} is version {found}, this "
+            f"flakekit needs {comp.version}; run {upgrade_command()}"
         )
-    if found < version:
-        raise SchemaError(
-            f"the {component} schema in {_where(engine)} is version {found}, this "
-            f"flakekit needs {version}; {fix} to upgrade it"
-        )
-    if found > version:
-        raise SchemaError(
-            f"the {component} schema in {_where(engine)} is version {found}, newer than "
-            f"this flakekit understands ({version}); upgrade flakekit"
-        )
+    if found > comp.version:
+        raise _newer(comp, found, _where(engine))

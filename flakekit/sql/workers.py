@@ -22,15 +22,30 @@ holder stops issuing at ``send + shortest tier - safety window`` on its own mono
 clock, so it has stopped a safety window before anyone may take the id -- even when it
 cannot reach the database, or was paused.
 
-Acquirers of one database serialise on the ``workers`` row of ``flakekit_schema`` (a
-row lock on PostgreSQL/MariaDB, the write lock on SQLite), so 256 simultaneous starters
-queue for a few milliseconds each instead of racing for the same lowest id.
+Acquirers of one service serialise on that service's row of ``flakekit_schema``
+(component ``workers:SERVICE``, created by the first acquire; a row lock on
+PostgreSQL/MariaDB, the write lock on SQLite), so 256 simultaneous starters queue for a
+few milliseconds each instead of racing for the same lowest id, and a peer stuck inside
+its acquire transaction holds up its own service only -- until the server ends its session
+(the backend's ``idle_in_transaction_timeout``). The lock is for throughput, not safety:
+row locks, ``SKIP LOCKED``, the primary key and the version check keep ids apart even
+without it. A lock wait that times out is retried for at most :data:`LOCK_RETRY_S`, then
+acquire fails with one line saying which lock in which database is stuck.
+
+A row is never taken when using it would lock the node out or break the lease: a
+negative or out-of-layout ``machine_id``, a ``version`` at the column's maximum (the
+epoch could not be bumped), an unreadable ``last_seen``, or a high-water mark further
+ahead than ``max_start_wait`` (e.g. after ``workers release --force`` of a killed holder,
+whose last heartbeat reserved up to a lease ahead): acquire takes the next usable id and
+raises an alert naming each bad row.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import ipaddress
+import itertools
 import logging
 import os
 import socket
@@ -41,12 +56,23 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-from sqlalchemy import and_, case, func, literal, literal_column, or_, select, text, update
+from sqlalchemy import (
+    String,
+    and_,
+    case,
+    func,
+    literal_column,
+    not_,
+    or_,
+    select,
+    text,
+    type_coerce,
+    update,
+)
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 
-from flakekit.clock import Clock
 from flakekit.errors import (
     BackendError,
     LeaseLostError,
@@ -54,21 +80,32 @@ from flakekit.errors import (
     WaitTooLongError,
     WorkerExhaustedError,
 )
-from flakekit.events import NO_EVENTS, Events
-from flakekit.lease import LeaseRequest, WorkerLease, WorkerRecord
+from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
+from flakekit.sql.backends import describe_engine
+from flakekit.sql.dbclock import (
+    aware_utc,
+    db_message,
+    db_now,
+    db_now_minus,
+    dialect_of,
+    lease_deadline_ns,
+    ns_of,
+    retry_kind,
+    retry_pause,
+)
 from flakekit.sql.schema import (
     WORKERS_COMPONENT,
     check_schema,
-    init_schema,
     schema_table,
     system_nodes,
+    upgrade_schema,
 )
+from flakekit.values.clock import Clock
+from flakekit.values.events import NO_EVENTS, Events
 
 __all__ = [
     "DEFAULT_TIERS_NS",
     "SqlWorkerAllocator",
-    "db_now",
-    "db_now_minus",
     "resolve_host",
 ]
 
@@ -78,53 +115,18 @@ NS = 1_000_000_000
 DEFAULT_TIERS_NS = (7 * 86400 * NS, 86400 * NS, 3600 * NS)
 #: share of the worker range above which every acquire raises a capacity alert (seed 002)
 CAPACITY_ALERT_RATIO = 0.8
-#: attempts of one acquire after unique conflicts or deadlocks
-MAX_ATTEMPTS = 50
+#: how long one acquire keeps retrying unique conflicts, deadlocks and lock waits that
+#: timed out (each waited the backend's lock_timeout) before it reports what is stuck.
+#: Bounded by time, not by a count: 256 starters at one instant on a loaded host make
+#: some of them lose many rounds (a count of 50 ran out in CI on MariaDB)
+LOCK_RETRY_S = 60.0
+#: ``system_nodes.version`` is an INTEGER: a row there cannot be leased again
+VERSION_MAX = 2**31 - 1
 
 _t = system_nodes.c
 
 
 # -- database clock ------------------------------------------------------------------------
-def _dialect(engine_or_conn: Engine | Connection) -> str:
-    name = engine_or_conn.dialect.name
-    return "mysql" if name in ("mysql", "mariadb") else name
-
-
-def db_now(dialect: str) -> ColumnElement[Any]:
-    """The database's current time, in the form ``last_seen`` is stored in.
-
-    MariaDB uses ``UTC_TIMESTAMP(6)``: ``NOW()`` is session-local time and would jump
-    at daylight-saving changes. SQLite keeps milliseconds (``CURRENT_TIMESTAMP`` has
-    whole seconds only), in the same text form SQLAlchemy reads back.
-    """
-    if dialect == "postgresql":
-        return func.now()
-    if dialect == "mysql":
-        return func.utc_timestamp(6)
-    return func.strftime("%Y-%m-%d %H:%M:%f", "now")
-
-
-def db_now_minus(dialect: str, age_ns: int) -> ColumnElement[Any]:
-    """The database's current time minus ``age_ns`` (for "older than" conditions)."""
-    if dialect == "postgresql":
-        return func.now() - literal(dt.timedelta(microseconds=age_ns // 1000))
-    if dialect == "mysql":
-        us = int(age_ns // 1000)
-        return literal_column(f"(UTC_TIMESTAMP(6) - INTERVAL {us} MICROSECOND)")
-    return func.strftime("%Y-%m-%d %H:%M:%f", "now", f"-{age_ns / NS:.3f} seconds")
-
-
-def _aware(value: Any) -> dt.datetime | None:
-    """Rows come back naive on MariaDB/SQLite (stored as UTC) and aware on PostgreSQL."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return value
-
-
 # -- host identity --------------------------------------------------------------------------
 def _primary_address() -> str:
     """The address this host uses to reach the outside (no packet is sent)."""
@@ -165,24 +167,35 @@ def _new_token(ip: str, port: int) -> str:
     return f"{ip}:{port}/pid{os.getpid()}/{uuid.uuid4().hex[:12]}"
 
 
+def lock_component(service: str) -> str:
+    """The ``flakekit_schema`` row acquirers of ``service`` serialise on (64 chars max)."""
+    name = f"{WORKERS_COMPONENT}:{service}"
+    if len(name) <= 64:
+        return name
+    return f"{WORKERS_COMPONENT}:#{hashlib.sha256(service.encode()).hexdigest()[:54]}"
+
+
+def _seen_readable(dialect: str) -> ColumnElement[bool]:
+    """``last_seen`` holds a time this code can compare and read back."""
+    if dialect == "postgresql":
+        return func.isfinite(_t.last_seen)  # not 'infinity' (psycopg cannot load it)
+    if dialect == "mysql":
+        return _t.last_seen >= literal_column("'1000-01-01'")  # not a zero date
+    return func.julianday(_t.last_seen).is_not(None)  # SQLite: any text goes in
+
+
+def _when(ns: int) -> str:
+    """A wall-clock ns value for people (a bad row may hold one no datetime can)."""
+    try:
+        return dt.datetime.fromtimestamp(ns / NS, dt.UTC).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        return f"{ns} ns since 1970"
+
+
 def _is_retryable(exc: SQLAlchemyError) -> bool:
-    """A unique conflict (someone raced us), a deadlock or a serialisation failure."""
-    if not isinstance(exc, DBAPIError):  # e.g. the pool's TimeoutError
-        return False
-    if isinstance(exc, IntegrityError):
-        return True
-    text_ = str(exc.orig or exc).lower()
-    return isinstance(exc, OperationalError) and any(
-        word in text_ for word in ("deadlock", "serializ", "database is locked", "lock wait")
-    )
-
-
-def _db_message(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    if orig is exc and isinstance(exc, SQLAlchemyError) and exc.args:
-        orig = exc.args[0]  # without SQLAlchemy's "(Background on this error ...)"
-    lines = str(orig).strip().splitlines()
-    return lines[0] if lines else type(orig).__name__
+    """A unique conflict (someone raced us), a deadlock, a serialisation failure or a
+    lock wait that timed out."""
+    return retry_kind(exc) is not None
 
 
 # -- the allocator --------------------------------------------------------------------------
@@ -198,9 +211,12 @@ class SqlWorkerAllocator:
         heartbeat_ns: renewal period (``renew_interval``).
         tiers_ns: reclaim ages, oldest first; the shortest one bounds every lease.
         safety_window_ns: a lease ends this long before its row may be reclaimed.
-        create_schema: create missing tables at start-up instead of failing.
-        max_start_wait_ns: the longest wait for a reused id's high-water mark.
+        create_schema: create missing tables and upgrade older ones at start-up instead
+            of failing (a newer schema still fails).
+        max_start_wait_ns: the longest wait for a reused id's high-water mark; a row
+            with a later mark is left for another id.
         events: where alerts go.
+        lock_retry_s: how long lock waits that timed out are retried.
     """
 
     engine: Engine
@@ -214,11 +230,16 @@ class SqlWorkerAllocator:
     create_schema: bool = False
     max_start_wait_ns: int = 10 * NS
     events: Events = NO_EVENTS
+    lock_retry_s: float = LOCK_RETRY_S
     _ip: str = attrs.field(init=False, default="")
     _host_name: str = attrs.field(init=False, default="")
     _held: dict[int, str] = attrs.field(init=False, factory=dict)
     _schema_ok: bool = attrs.field(init=False, default=False)
+    _lock_row_ok: bool = attrs.field(init=False, default=False)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    #: one process may hold several ids at once (``workers = N``): every acquire has its
+    #: own holder token, and a held row is never reused
+    several_leases = True
 
     def __attrs_post_init__(self) -> None:
         if not self.tiers_ns:
@@ -247,7 +268,7 @@ class SqlWorkerAllocator:
 
     @property
     def dialect(self) -> str:
-        return _dialect(self.engine)
+        return dialect_of(self.engine)
 
     @property
     def identity(self) -> str:
@@ -255,7 +276,7 @@ class SqlWorkerAllocator:
 
     # -- schema -------------------------------------------------------------------------------
     def ensure_schema(self) -> None:
-        """Create (if allowed) and check the tables once per allocator."""
+        """Create and upgrade (if allowed) and check the tables once per allocator."""
         if self._schema_ok:
             return
         try:
@@ -263,7 +284,7 @@ class SqlWorkerAllocator:
         except SchemaError:
             if not self.create_schema:
                 raise
-            init_schema(self.engine, WORKERS_COMPONENT)
+            upgrade_schema(self.engine, WORKERS_COMPONENT)  # a newer schema still fails
         self._schema_ok = True
 
     # -- acquire ------------------------------------------------------------------------------
@@ -274,28 +295,46 @@ class SqlWorkerAllocator:
             self._ip, self._host_name = resolve_host(request.host)
         port = self.port or request.port
         token = _new_token(self._ip, port)
-        for attempt in range(MAX_ATTEMPTS):
+        give_up = time.monotonic() + self.lock_retry_s
+        lock_waits = 0
+        for attempt in itertools.count():
             send_mono = self.clock.monotonic_ns()
             bound = self.clock.time_ns() + self.lease_ns
+            stage = [f"the acquire lock of service {self.service!r} (row "
+                     f"{lock_component(self.service)!r} of flakekit_schema)"]
+            alerts: list[tuple[str, str, dict[str, Any]]] = []
             try:
+                if not self._lock_row_ok:
+                    self._create_lock_row()
                 with self.engine.begin() as conn:
                     row, how = self._acquire_in(conn, request.max_worker_id, port, token,
-                                                request.instance, bound)
+                                                request.instance, bound, stage, alerts)
                     self._check_wait(row, how)
                     allocated = conn.execute(
                         select(func.count()).select_from(system_nodes).where(
-                            _t.service == self.service, _t.machine_id <= request.max_worker_id)
+                            _t.service == self.service, _t.machine_id >= 0,
+                            _t.machine_id <= request.max_worker_id)
                     ).scalar_one()
             except SQLAlchemyError as exc:
-                if _is_retryable(exc) and attempt + 1 < MAX_ATTEMPTS:
+                kind = retry_kind(exc)
+                lock_waits += kind == "lock"
+                if kind and time.monotonic() < give_up:
+                    alerts.clear()  # the next attempt finds the same rows again
                     log.debug("acquire attempt %d of %s: %s; retrying", attempt + 1,
-                              self.service, _db_message(exc))
-                    time.sleep(min(0.002 * (attempt + 1), 0.05))
+                              self.service, db_message(exc))
+                    time.sleep(retry_pause(attempt))
                     continue
+                if kind == "lock":
+                    raise BackendError(self._stuck(stage[-1], lock_waits)) from None
+                tried = (f" (after {attempt + 1} attempts in {self.lock_retry_s:g} s)"
+                         if kind else "")
                 raise BackendError(
-                    f"cannot acquire a worker id for service {self.service!r}: "
-                    f"{_db_message(exc)}"
+                    f"cannot acquire a worker id for service {self.service!r} in "
+                    f"{describe_engine(self.engine)}{tried}: {db_message(exc)}"
                 ) from None
+            finally:
+                for kind_, message, fields in alerts:  # after the transaction, not in it
+                    self.events.alert(kind_, message, fields)
             break
         worker_id, version, issued_until = row
         with self._lock:
@@ -312,46 +351,98 @@ class SqlWorkerAllocator:
             )
         return WorkerLease(
             worker_id=worker_id, epoch=version, holder=token, ttl=self.lease_ns / NS,
-            deadline_ns=send_mono + self.lease_ns, not_before_ns=issued_until,
+            deadline_ns=lease_deadline_ns(send_mono, self.min_tier_ns, self.safety_window_ns),
+            not_before_ns=issued_until,
             stamp_until_ns=max(bound, issued_until),  # what the row now holds
         )
 
+    def _create_lock_row(self) -> None:
+        """Create the service's acquire-lock row in a transaction of its own, once.
+
+        Inside the acquire transaction a missing row is locked as a gap on MariaDB, and
+        concurrent first acquires that all hold that gap and then insert deadlock each
+        other; a plain insert here waits for the first inserter and then sees its row.
+        """
+        lock_row = lock_component(self.service)
+        with self.engine.connect() as conn:  # a read: no write, no COMMIT when it exists
+            found = conn.execute(select(schema_table.c.component).where(
+                schema_table.c.component == lock_row)).first()
+        if found is None:
+            with self.engine.begin() as conn:  # a racing insert: unique conflict, retried
+                conn.execute(schema_table.insert().values(component=lock_row, version=0))
+        self._lock_row_ok = True
+
+    def _stuck(self, what: str, waits: int) -> str:
+        """One line: which lock in which database held every try up, and what to do."""
+        db = describe_engine(self.engine)
+        if self.dialect == "postgresql":
+            find = ("find the session with SELECT pid, state, xact_start FROM "
+                    "pg_stat_activity WHERE state LIKE 'idle in transaction%' and end it "
+                    "with SELECT pg_terminate_backend(pid)")
+        elif self.dialect == "mysql":
+            find = ("find the session in information_schema.innodb_trx "
+                    "(trx_mysql_thread_id) and end it with KILL <id>")
+        else:
+            find = ("another process holds the database file's write lock: find it "
+                    f"with `fuser {self.engine.url.database}` and stop it")
+        return (
+            f"cannot acquire a worker id for service {self.service!r}: {what} in {db} "
+            f"stayed locked by another session through {waits} lock wait(s) (each as long "
+            f"as the backend's lock_timeout; retried for {self.lock_retry_s:g} s); "
+            "flakekit's own sessions end after idle_in_transaction_timeout, so another "
+            f"client or an older flakekit holds it: {find}"
+        )
+
     def _check_wait(self, row: tuple[int, int, int], how: str) -> None:
+        """Safety net for a mark that moved past the limit during the transaction."""
         gap = row[2] - self.clock.time_ns()
         if gap > self.max_start_wait_ns:
             raise WaitTooLongError(
                 f"worker {row[0]} of service {self.service!r} ({how}) was used for IDs up "
-                f"to {gap / NS:.3f} s in the future of this host's clock, more than "
-                f"max_start_wait ({self.max_start_wait_ns / NS:g} s); fix the clock (NTP) "
-                "or raise max_start_wait"
+                f"to {gap / NS:.3f} s ahead of this host's clock, more than max_start_wait "
+                f"({self.max_start_wait_ns / NS:g} s); start again, or raise max_start_wait"
             )
 
     def _acquire_in(
         self, conn: Connection, max_id: int, port: int, token: str, instance: int = 0,
-        bound: int = 0,
+        bound: int = 0, stage: list[str] | None = None,
+        alerts: list[tuple[str, str, dict[str, Any]]] | None = None,
     ) -> tuple[tuple[int, int, int], str]:
-        """The body of the acquire transaction: ((id, version, issued_until), how)."""
-        dialect = _dialect(conn)
-        # Serialise acquirers: the first statement is a write, so it also takes SQLite's
-        # write lock at once (like BEGIN IMMEDIATE) and PostgreSQL/MariaDB's row lock.
+        """The body of the acquire transaction: ((id, version, issued_until), how).
+
+        ``stage`` gets what the transaction waits for (for a lock-timeout message) and
+        ``alerts`` the alerts to raise once it is over.
+        """
+        stage = stage if stage is not None else []
+        alerts = alerts if alerts is not None else []
+        dialect = dialect_of(conn)
+        # Serialise this service's acquirers: the first statement is a write, so it also
+        # takes SQLite's write lock at once (like BEGIN IMMEDIATE) and PostgreSQL/MariaDB's
+        # row lock. _create_lock_row made the row; one deleted since is made again here
+        # (and held until commit: a concurrent acquire gets a unique conflict, retried).
+        lock_row = lock_component(self.service)
         locked = conn.execute(
-            update(schema_table).where(schema_table.c.component == WORKERS_COMPONENT)
+            update(schema_table).where(schema_table.c.component == lock_row)
             .values(version=schema_table.c.version)
         ).rowcount
         if not locked:
-            raise SchemaError(f"flakekit_schema has no {WORKERS_COMPONENT!r} row; "
-                              "run `flakekit db init`")
+            conn.execute(schema_table.insert().values(component=lock_row, version=0))
+        stage.append(f"a system_nodes row of service {self.service!r}")
         now = db_now(dialect)
         lapsed = db_now_minus(dialect, self.min_tier_ns)
         mine = and_(_t.service == self.service, _t.host == self._ip, _t.port == port)
         take: dict[str, Any] = dict(holder=token, version=_t.version + 1, last_seen=now,
                     host_name=self._host_name, issued_until=self._raise_mark(bound))
+        node_now = self.clock.time_ns()
+        sound = and_(_t.machine_id >= 0, _t.version < VERSION_MAX, _seen_readable(dialect))
+        usable = and_(_t.service == self.service, _t.machine_id <= max_id, sound,
+                      _t.issued_until <= node_now + self.max_start_wait_ns)
+        self._alert_bad_rows(conn, max_id, node_now, sound, alerts)
 
         # 1. reuse this host:port's row, if no live lease holds it
         row = conn.execute(
             select(_t.machine_id, _t.version, _t.issued_until)
-            .where(mine, _t.machine_id <= max_id,
-                   or_(_t.holder.is_(None), _t.last_seen < lapsed))
+            .where(mine, usable, or_(_t.holder.is_(None), _t.last_seen < lapsed))
             # an instance gets its own row back first (a server's worker process N)
             .order_by(case((_t.slot == instance, 0), else_=1), _t.slot, _t.machine_id).limit(1)
             .with_for_update(skip_locked=True)
@@ -359,10 +450,15 @@ class SqlWorkerAllocator:
         if row is not None:
             return self._take(conn, row, take), "reused"
 
-        slots = set(conn.execute(select(_t.slot).where(mine)).scalars())
+        rows = conn.execute(select(_t.slot, _t.holder, _t.last_seen < lapsed,
+                                   _t.machine_id).where(mine)).all()
+        slots = {r[0] for r in rows}
         slot = instance if instance not in slots else next(
             i for i in range(len(slots) + 1) if i not in slots)
-        if slot and not instance:  # siblings (instance > 0) are expected to share host:port
+        live = [r for r in rows if r[1] is not None and not r[2] and 0 <= r[3] <= max_id]
+        # siblings (instance > 0) share host:port, and so do processes with no port
+        # identity (port 0: the embedded default, scripts, CLI runs) -- the normal case
+        if live and slot and not instance and port:
             log.warning(
                 "%s: %s already holds a live worker lease (another process with the same "
                 "host:port: a clone or a second instance?); taking a separate id",
@@ -385,37 +481,105 @@ class SqlWorkerAllocator:
         for i, tier in enumerate(self.tiers_ns):
             row = conn.execute(
                 select(_t.machine_id, _t.version, _t.issued_until)
-                .where(_t.service == self.service, _t.machine_id <= max_id,
-                       _t.last_seen < db_now_minus(dialect, tier))
+                .where(usable, _t.last_seen < db_now_minus(dialect, tier))
                 .order_by(_t.machine_id).limit(1)
                 .with_for_update(skip_locked=True)
             ).first()
             if row is None:
                 continue
             if i == last:
-                self.events.alert(
+                alerts.append((
                     "worker-reclaim",
                     f"service {self.service!r}: every worker id is taken; reclaiming "
                     f"worker {row[0]} silent for over {tier / NS:g} s (the last tier) -- "
                     "abnormal: check for crashing or flapping nodes",
                     {"service": self.service, "worker_id": row[0], "tier_s": tier / NS},
-                )
+                ))
             return self._take(conn, row, take), f"reclaimed (tier {tier / NS:g} s)"
         row = conn.execute(
             select(_t.machine_id, _t.version, _t.issued_until)
-            .where(_t.service == self.service, _t.machine_id <= max_id, _t.holder.is_(None))
+            .where(usable, _t.holder.is_(None))
             .order_by(_t.last_seen, _t.machine_id).limit(1)
             .with_for_update(skip_locked=True)
         ).first()
         if row is not None:
             return self._take(conn, row, take), "reclaimed (released)"
 
-        # 4. nothing: a human must look
-        raise WorkerExhaustedError(
-            f"service {self.service!r}: all {max_id + 1} worker ids are held by live "
-            f"leases (none released, none silent for over {self.min_tier_ns / NS:g} s); "
-            "stop unused nodes, free ids of dead nodes with `flakekit workers release "
-            "ID`, shorten the reclaim tiers, or use a layout with more worker bits"
+        # 4. nothing: say what blocks
+        self._nothing_usable(conn, max_id, lapsed, sound, node_now)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _alert_bad_rows(self, conn: Connection, max_id: int, node_now: int,
+                        sound: ColumnElement[bool],
+                        alerts: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Queue an alert for each row of the service that acquire must never take."""
+        far = node_now + self.lease_ns + self.max_start_wait_ns  # beyond any reservation
+        bad = conn.execute(
+            select(_t.machine_id, _t.host, _t.port, _t.slot, _t.version, _t.issued_until,
+                   sound.label("sound"), _seen_readable(dialect_of(conn)).label("seen_ok"))
+            .where(_t.service == self.service,
+                   or_(not_(sound), _t.machine_id > max_id, _t.issued_until > far))
+            .order_by(_t.machine_id).limit(20)
+        ).all()
+        for machine_id, host, port, slot, version, mark, _sound, seen_ok in bad:
+            why = []
+            if machine_id < 0 or machine_id > max_id:
+                why.append(f"machine_id {machine_id} is outside this layout's 0..{max_id}")
+            if version >= VERSION_MAX:
+                why.append(f"version {version} is at the column's maximum (the lease epoch "
+                           "cannot be raised)")
+            if not seen_ok:
+                why.append("last_seen is not a readable time")
+            if mark > far:
+                why.append(f"its high-water mark {_when(mark)} is {(mark - node_now) / NS:.0f} "
+                           "s ahead of this host's clock, more than a lease reserves")
+            row_name = (f"system_nodes row (service {self.service!r}, machine_id "
+                        f"{machine_id}, host {host}:{port}, slot {slot})")
+            alerts.append((
+                "worker-bad-row",
+                f"skipping {row_name}: {'; '.join(why)}; fix or delete that row "
+                "(no flakekit writes such values)",
+                {"service": self.service, "worker_id": machine_id, "host": str(host),
+                 "port": port, "slot": slot, "reasons": why},
+            ))
+
+    def _nothing_usable(self, conn: Connection, max_id: int, lapsed: ColumnElement[Any],
+                        sound: ColumnElement[bool], node_now: int) -> None:
+        """Raise the error that says what keeps every id of the range from being used."""
+        waiting = conn.execute(
+            select(_t.machine_id, _t.issued_until, _t.holder,
+                   type_coerce(_t.last_seen, String) if self.dialect == "sqlite"
+                   else _t.last_seen)
+            .where(_t.service == self.service, _t.machine_id <= max_id, sound,
+                   or_(_t.holder.is_(None), _t.last_seen < lapsed),
+                   _t.issued_until > node_now + self.max_start_wait_ns)
+            .order_by(_t.issued_until).limit(1)
+        ).first()
+        if waiting is None:
+            raise WorkerExhaustedError(
+                f"service {self.service!r}: all {max_id + 1} worker ids are held by live "
+                f"leases (none released, none silent for over {self.min_tier_ns / NS:g} s); "
+                "stop unused nodes, free ids of dead nodes with `flakekit workers release "
+                "ID`, shorten the reclaim tiers, or use a layout with more worker bits"
+            )
+        worker_id, mark, holder, last_seen = waiting
+        gap = (mark - node_now) / NS
+        seen_ns = ns_of(aware_utc(last_seen))
+        state = "released" if holder is None else "lapsed"
+        margin = self.max_start_wait_ns + self.safety_window_ns  # node vs database clock
+        if seen_ns is not None and abs(mark - (seen_ns + self.lease_ns)) <= margin:
+            why = (f"its last holder stopped without a clean shutdown (kill -9, then "
+                   f"`workers release --force`?) and its last heartbeat reserved IDs up to "
+                   f"{_when(mark)}, so it is usable from then on")
+        else:
+            why = (f"it was used for IDs up to {_when(mark)}, later than its last heartbeat "
+                   "could reserve: that holder's clock ran ahead of this host's, or this "
+                   "host's clock is behind (check NTP)")
+        raise WaitTooLongError(
+            f"service {self.service!r}: no usable worker id: no other id of 0..{max_id} is "
+            f"free or reclaimable, and worker {worker_id} ({state}) would mean waiting "
+            f"{gap:.0f} s, more than max_start_wait ({self.max_start_wait_ns / NS:g} s): "
+            f"{why}; wait, raise max_start_wait, or use a layout with more worker bits"
         )
 
     def _take(self, conn: Connection, row: Any, values: dict[str, Any]) -> tuple[int, int, int]:
@@ -432,7 +596,7 @@ class SqlWorkerAllocator:
 
     def _lowest_free(self, conn: Connection, max_id: int) -> int | None:
         """Seed 000's lowest free id in ``0..max_id`` (not a hard-coded 255)."""
-        dialect = _dialect(conn)
+        dialect = dialect_of(conn)
         if dialect == "postgresql":
             series = func.generate_series(0, max_id).table_valued("machine_id").render_derived()
             m = series.c.machine_id
@@ -451,7 +615,7 @@ class SqlWorkerAllocator:
                 "  WHERE service = :service AND machine_id = 0)"
                 " UNION ALL"
                 " SELECT n.machine_id + 1 FROM system_nodes n WHERE n.service = :service"
-                "  AND n.machine_id < :max_id AND NOT EXISTS (SELECT 1 FROM system_nodes x"
+                "  AND n.machine_id >= 0 AND n.machine_id < :max_id AND NOT EXISTS (SELECT 1 FROM system_nodes x"
                 "  WHERE x.service = :service AND x.machine_id = n.machine_id + 1)"
                 ") AS gaps"
             ), {"service": self.service, "max_id": max_id}).scalar()
@@ -482,18 +646,19 @@ class SqlWorkerAllocator:
                 done = conn.execute(
                     update(system_nodes)
                     .where(*self._ours(lease))
-                    .values(last_seen=db_now(_dialect(conn)),
+                    .values(last_seen=db_now(dialect_of(conn)),
                             issued_until=self._raise_mark(bound))
                 ).rowcount
                 current = None if done else self._row(conn, lease.worker_id)
         except SQLAlchemyError as exc:
             raise BackendError(
                 f"heartbeat of worker {lease.worker_id} ({self.service}) failed: "
-                f"{_db_message(exc)}"
+                f"{db_message(exc)}"
             ) from None
         if not done:
             self._lost(lease, current)
-        return attrs.evolve(lease, deadline_ns=send_mono + self.lease_ns, stamp_until_ns=bound)
+        return attrs.evolve(lease, stamp_until_ns=bound, deadline_ns=lease_deadline_ns(
+            send_mono, self.min_tier_ns, self.safety_window_ns))
 
     def _ours(self, lease: WorkerLease) -> list[ColumnElement[bool]]:
         return [_t.service == self.service, _t.machine_id == lease.worker_id,
@@ -531,12 +696,12 @@ class SqlWorkerAllocator:
             with self.engine.begin() as conn:
                 done = conn.execute(
                     update(system_nodes).where(*self._ours(lease))
-                    .values(holder=None, last_seen=db_now(_dialect(conn)),
+                    .values(holder=None, last_seen=db_now(dialect_of(conn)),
                             issued_until=max(issued_until_ns, lease.not_before_ns))
                 ).rowcount
         except SQLAlchemyError as exc:
             raise BackendError(f"releasing worker {lease.worker_id} failed: "
-                               f"{_db_message(exc)}") from None
+                               f"{db_message(exc)}") from None
         if not done:
             log.warning("%s: worker %d was no longer ours when releasing it",
                         self.service, lease.worker_id)
@@ -556,7 +721,7 @@ class SqlWorkerAllocator:
             return fn()
         except SQLAlchemyError as exc:
             raise BackendError(f"database of service {self.service!r}: "
-                               f"{_db_message(exc)}") from None
+                               f"{db_message(exc)}") from None
 
 
 def lease_state(age_s: float | None, holder: str | None, lease_s: float) -> str:
@@ -573,9 +738,17 @@ def list_records(
     safety_window_ns: int = 5 * NS, mine: dict[int, str] | None = None,
 ) -> list[WorkerRecord]:
     """The rows of ``service`` (every service when None) as :class:`WorkerRecord`."""
-    dialect = _dialect(engine)
+    dialect = dialect_of(engine)
     lease_s = (min(tiers_ns) - safety_window_ns) / NS
-    query = select(system_nodes, db_now(dialect).label("db_now")).order_by(
+    # a last_seen the driver cannot load ('infinity', SQLite text) is listed as unknown
+    if dialect == "postgresql":
+        seen: Any = case((func.isfinite(_t.last_seen), _t.last_seen))
+    elif dialect == "sqlite":
+        seen = type_coerce(_t.last_seen, String)
+    else:
+        seen = _t.last_seen
+    others = [c for c in system_nodes.c if c.name != "last_seen"]
+    query = select(*others, seen.label("last_seen"), db_now(dialect).label("db_now")).order_by(
         _t.service, _t.machine_id)
     if service is not None:
         query = query.where(_t.service == service)
@@ -584,7 +757,7 @@ def list_records(
     mine = mine or {}
     out = []
     for row in rows:
-        last_seen, now = _aware(row["last_seen"]), _aware(row["db_now"])
+        last_seen, now = aware_utc(row["last_seen"]), aware_utc(row["db_now"])
         age = (now - last_seen).total_seconds() if last_seen and now else None
         out.append(WorkerRecord(
             worker_id=row["machine_id"], holder=row["holder"] or "", epoch=row["version"],
@@ -594,7 +767,7 @@ def list_records(
                    "slot": row["slot"], "host_name": row["host_name"],
                    "age_s": None if age is None else round(age, 3),
                    "issued_until_ns": row["issued_until"],
-                   "created_at": _aware(row["created_at"])},
+                   "created_at": aware_utc(row["created_at"])},
         ))
     return out
 
@@ -631,7 +804,7 @@ def release_worker(
     guard = [_t.service == service, _t.machine_id == worker_id, _t.version == record.epoch]
     if not force:  # re-checked in the UPDATE: a heartbeat may have come in meanwhile
         guard += [_t.holder == record.holder,
-                  _t.last_seen < db_now_minus(_dialect(engine), min_tier_ns)]
+                  _t.last_seen < db_now_minus(dialect_of(engine), min_tier_ns)]
     with engine.begin() as conn:
         done = conn.execute(
             update(system_nodes).where(*guard).values(holder=None, version=_t.version + 1)

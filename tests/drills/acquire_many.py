@@ -14,9 +14,9 @@ import time
 
 from sqlalchemy import create_engine
 
-from flakekit.clock import MonotonicClock
-from flakekit.lease import LeaseRequest
+from flakekit.leases.lease import LeaseRequest
 from flakekit.sql.workers import SqlWorkerAllocator
+from flakekit.values.clock import MonotonicClock
 
 
 def main() -> None:

@@ -19,11 +19,11 @@ import time
 
 from sqlalchemy import create_engine
 
-from flakekit.clock import MonotonicClock
 from flakekit.errors import FlakekitError
-from flakekit.layout import BitLayout
-from flakekit.snowflake import SnowflakeGenerator
+from flakekit.generators.snowflake import SnowflakeGenerator
 from flakekit.sql.workers import SqlWorkerAllocator
+from flakekit.values.clock import MonotonicClock
+from flakekit.values.layout import BitLayout
 
 NS = 1_000_000_000
 

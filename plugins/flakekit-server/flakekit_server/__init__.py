@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flakekit import hookimpl
-from flakekit_server.metrics import EVENTS
 
 if TYPE_CHECKING:
     import click
@@ -26,14 +25,20 @@ def flakekit_register_commands(cli: click.Group) -> None:
 
 @hookimpl
 def flakekit_lease_lost(generator: str, lease: Any, reason: str) -> None:
+    from flakekit_server.metrics import EVENTS  # not at import: `flakekit --help` loads this
+
     EVENTS.add(EVENTS.lease_lost, generator)
 
 
 @hookimpl
 def flakekit_clock_moved_backwards(generator: str, clock: str, behind_ns: int, waited: bool) -> None:
+    from flakekit_server.metrics import EVENTS
+
     EVENTS.add(EVENTS.clock_rollbacks, (generator, waited))
 
 
 @hookimpl
 def flakekit_alert(kind: str, message: str, details: dict[str, Any]) -> None:
+    from flakekit_server.metrics import EVENTS
+
     EVENTS.add(EVENTS.alerts, kind)

@@ -15,7 +15,7 @@ import hmac
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from flakekit.errors import ConfigError, suggest
+from flakekit.plugin import ConfigError, suggest
 
 __all__ = ["MIN_TOKEN_LENGTH", "Tokens", "load_tokens"]
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 
 import click
 
-from flakekit.cli import config_option
+from flakekit.plugin import config_option
 
 __all__ = ["serve_command"]
 
@@ -17,6 +18,23 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False   # a host name: it may resolve to anything
+
+
+def exposure_warning(host: str, token_file: str | None) -> str | None:
+    """The one line ``serve`` prints when anyone on the network could take IDs."""
+    if token_file is not None or _loopback(host):
+        return None
+    return (f"warning: serving on {host} without --token-file: anyone who can reach this "
+            "address can take IDs; pass --token-file (or bind 127.0.0.1)")
 
 
 @click.command("serve")
@@ -45,16 +63,26 @@ def _cores() -> int:
               help="Seconds a process has to shut down before it is killed.")
 @click.option("--loop", type=click.Choice(["auto", "uvloop", "asyncio"]), default="auto",
               show_default=True, help="Event loop (auto: uvloop if installed).")
+@click.option("--offload-count", default=None, type=click.IntRange(0, 10_000_000), hidden=True,
+              envvar="FLAKEKIT_SERVER_OFFLOAD_COUNT",
+              help="Batches of at least this many IDs are made in a worker thread (0: never; "
+              "for benchmarks).")
+@click.option("--node", default=None, metavar="ID",
+              help="Cluster mode: this node's id (overrides $FLAKEKIT_NODE and [cluster] node).")
+@click.option("--advertise", default=None, metavar="URL",
+              help="Cluster mode: the URL peers and clients reach this node at, e.g. "
+              "http://10.0.0.5:8080 (overrides $FLAKEKIT_ADVERTISE and [cluster] advertise).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="warning", show_default=True, envvar="FLAKEKIT_SERVER_LOG_LEVEL")
 def serve_command(
     config_path: str | None, host: str, port: int, workers: int, max_count: int,
     token_file: str | None, snowflake_default: str | None, max_connections: int,
-    idle_timeout: float, header_timeout: float, grace: float, loop: str, log_level: str,
+    idle_timeout: float, header_timeout: float, grace: float, loop: str,
+    offload_count: int | None, node: str | None, advertise: str | None, log_level: str,
 ) -> None:
     """Serve IDs over HTTP: Leaf's /api/segment/get/KEY and /api/snowflake/get/KEY, a JSON
     API with batches, /metrics, /health, /ready and a monitor page at /."""
-    from flakekit.config import load_config
+    from flakekit.plugin import load_config
     from flakekit_server.app import ServerOptions
     from flakekit_server.auth import load_tokens
     from flakekit_server.runner import serve
@@ -62,17 +90,23 @@ def serve_command(
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     config = load_config(config_path)
+    warning = exposure_warning(host, token_file)
+    if warning is not None:
+        click.echo(warning, err=True)
+    from flakekit_server.app import OFFLOAD_COUNT
+
+    offload = OFFLOAD_COUNT if offload_count is None else (offload_count or 10**9)
     options = ServerOptions(
         host=host, port=port, workers=workers or _cores(), max_count=max_count,
         tokens=load_tokens(token_file, config.generators), snowflake_default=snowflake_default,
         max_connections=max_connections, idle_timeout=idle_timeout,
-        header_timeout=header_timeout, grace=grace, loop=loop,
+        header_timeout=header_timeout, grace=grace, loop=loop, offload_count=offload,
+        node=node, advertise=advertise,
     )
     # check everything that can be checked before any process starts or lease is taken
-    from flakekit.host import get_host
-    from flakekit.kit import build_kit
+    from flakekit.plugin import build_kit, get_host
 
-    kit = build_kit(config, get_host())
+    kit = build_kit(config, get_host(), as_member=False)
     kit.pool.dispose()
     del kit
     status = serve(config, options)

@@ -5,10 +5,14 @@ one-ID requests: there is no ASGI layer between the parser and the generator. Th
 URL of every open Leaf endpoint maps straight to the generator's ``next_id``; anything
 else goes through :meth:`IdService.handle`.
 
-Limits (all per process): ``max_connections`` (over it: 503 and close), URL length
-(414), header bytes (431), request body (413; the API takes none), a deadline for a
-request's headers (slow clients) and an idle keep-alive timeout. Writes that the client
-does not read pause reading from it, so a slow reader cannot grow the server's memory.
+Limits (all per process): ``max_connections`` (over it, the connection waiting longest
+for a request makes room; if none does, 503 and close), URL length (414), header bytes
+(431, enforced on partial input too: the parser is fed at most ``SLICE`` bytes at a time),
+request body (413; the API takes none), a header deadline that starts at accept (slow or
+silent clients) and an idle keep-alive timeout. What one client can cost is bounded: once
+its unread answers fill the transport's write buffer, the server stops answering and
+reading it (pipelined requests already parsed wait in a queue of at most one slice's
+worth), and a client that reads nothing for ``idle_timeout`` is disconnected.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import Any
 
 import httptools
 
-from flakekit_server.app import JSON, IdService, error_body, from_exception
+from flakekit_server.app import JSON, IdService, Pending, error_body, from_exception
+from flakekit_server.cluster import Hints
 
 __all__ = ["HttpProtocol", "STATUS_LINES"]
 
@@ -29,14 +35,29 @@ log = logging.getLogger("flakekit.server")
 REASONS = {
     200: "OK", 302: "Found", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
     405: "Method Not Allowed", 408: "Request Timeout", 413: "Content Too Large",
-    414: "URI Too Long", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
-    503: "Service Unavailable",
+    414: "URI Too Long", 421: "Misdirected Request", 431: "Request Header Fields Too Large",
+    500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable",
+    504: "Gateway Timeout",
 }
 STATUS_LINES = {code: f"HTTP/1.1 {code} {text}\r\n".encode() for code, text in REASONS.items()}
+
+
+def status_line(code: int) -> bytes:
+    """The status line; a code an owner relayed that this table lacks keeps its number."""
+    line = STATUS_LINES.get(code)
+    return line if line is not None else b"HTTP/1.1 %d Status %d\r\n" % (code, code)
 _perf = time.perf_counter_ns
 _monotonic = time.monotonic
 _OK_TEXT = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "
 _CLOSE = b"Connection: close\r\n"
+#: bodies longer than this are written after their head, not copied into one buffer
+_COPY_MAX = 65536
+#: the parser is fed at most this many bytes at a time, so a partial request line or header
+#: is checked against its limit every SLICE bytes and a pipelined burst parses in steps
+SLICE = 4096
+#: what a connection waits for: a complete request (408 after header_timeout) or the next
+#: request of a keep-alive connection (closed after idle_timeout)
+HEAD, IDLE = 0, 1
 
 
 class _Reject(Exception):
@@ -48,9 +69,10 @@ class _Reject(Exception):
 class HttpProtocol(asyncio.Protocol):
     """One client connection."""
 
-    __slots__ = ("_auth", "_body", "_header_bytes", "_header_name", "_t0", "_url",
-                 "busy_since", "closing", "last_active", "parser", "paused", "service",
-                 "server", "transport")
+    __slots__ = ("_auth", "_body", "_head_seen", "_header_bytes", "_hints", "_in_head", "_inbuf",
+                 "_queue", "_reading", "_t0", "_task", "_url", "busy", "close_when_done",
+                 "closing", "deadline", "got_bytes", "parser", "paused", "service", "server",
+                 "transport", "waiting", "write_deadline")
 
     def __init__(self, service: IdService, server: Any) -> None:
         self.service = service
@@ -59,26 +81,40 @@ class HttpProtocol(asyncio.Protocol):
         self.transport: Any = None
         self._url = b""
         self._auth: bytes | None = None
+        self._hints: Hints | None = None
         self._header_bytes = 0
         self._body = 0
         self._t0 = 0
-        self.busy_since = 0.0          # monotonic time a request started; 0: idle
-        self.last_active = _monotonic()
+        self._in_head = False          # between the first byte of a request and its end
+        self._head_seen = 0            # bytes fed since then (an upper bound)
+        self._inbuf = bytearray()      # received, not yet parsed (reading is paused meanwhile)
+        self._queue: deque[tuple[Any, ...]] = deque()  # parsed, not yet answered
+        self._reading = True
+        self.waiting = HEAD
+        self.deadline = _monotonic() + server.options.header_timeout
+        self.write_deadline = 0.0
+        self.got_bytes = False
         self.closing = False
         self.paused = False
+        #: answering a request off the event loop (a Pending): the next one waits for it
+        self.busy = False
+        self.close_when_done = False
+        self._task: asyncio.Task[Any] | None = None
 
     # -- connection ----------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         state = self.server
         stats = self.service.stats
-        if len(state.connections) >= state.options.max_connections:
+        if len(state.connections) >= state.options.max_connections and not state.make_room():
             stats.rejected_connections += 1
             body = error_body(503, "too_many_connections",
                               f"the server has {state.options.max_connections} connections open "
                               "(--max-connections); retry later")
             self._send(503, JSON, body, b"Retry-After: 1\r\n", keep_alive=False)
             return
+        # the header deadline runs from accept: a silent connection does not hold its slot
+        self.deadline = _monotonic() + state.options.header_timeout
         state.connections.add(self)
         stats.connections = len(state.connections)
 
@@ -86,45 +122,104 @@ class HttpProtocol(asyncio.Protocol):
         self.server.connections.discard(self)
         self.service.stats.connections = len(self.server.connections)
         self.closing = True
+        self._queue.clear()
+        self._inbuf.clear()
 
     def pause_writing(self) -> None:
         self.paused = True
-        self.transport.pause_reading()
+        self.write_deadline = _monotonic() + self.server.options.idle_timeout
+        self._stop_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
-        if not self.closing:
-            self.transport.resume_reading()
+        self._pump()
+
+    def _stop_reading(self) -> None:
+        if self._reading and not self.closing:
+            self._reading = False
+            self.transport.pause_reading()
 
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return
-        self.last_active = _monotonic()
+        self.got_bytes = True
+        if len(data) <= SLICE and not (self._inbuf or self._queue or self.paused or self.busy):
+            self._feed(data)    # the common case: one small request
+            if self._queue:
+                self._stop_reading()
+            return
+        self._inbuf += data
+        self._pump()
+
+    def _pump(self) -> None:
+        """Answer queued requests and parse buffered input while the client reads."""
+        while not self.closing and not self.paused and not self.busy:
+            if self._queue:
+                self._run(*self._queue.popleft())
+            elif self._inbuf:
+                chunk = bytes(self._inbuf[:SLICE])
+                del self._inbuf[:SLICE]
+                self._feed(chunk)
+            else:
+                break
+        if self.closing:
+            return
+        if self.paused or self._queue or self._inbuf or self.busy:
+            self._stop_reading()
+        elif not self._reading:
+            self._reading = True
+            self.transport.resume_reading()
+
+    def _feed(self, chunk: bytes) -> None:
         try:
-            self.parser.feed_data(data)
+            self.parser.feed_data(chunk)
         except _Reject as exc:
             self._fail(exc.status, exc.code, exc.message)
+            return
         except httptools.HttpParserUpgrade:
-            self._fail(400, "bad_request", "protocol upgrades are not supported")
+            # the request was answered (the upgrade ignored; or it is queued, and closes the
+            # connection once answered); what follows would be another protocol: never parsed.
+            # CONNECT is never answered by the parser's callbacks: refused here.
+            self._inbuf.clear()
+            if not self.closing and not self._queue:
+                self._fail(400, "bad_request", "protocol upgrades (and CONNECT) are not supported")
+            return
         except httptools.HttpParserError as exc:
             cause = exc.__context__ or exc.__cause__
             if isinstance(cause, _Reject):  # raised by a callback below, wrapped by httptools
                 self._fail(cause.status, cause.code, cause.message)
             else:
                 self._fail(400, "bad_request", f"malformed HTTP request: {exc}")
+            return
+        if self._in_head:
+            # httptools buffers a header until its line ends: bound what it may hold
+            self._head_seen += len(chunk)
+            opts = self.server.options
+            if self._head_seen > opts.max_url + opts.max_header_bytes + SLICE + 256:
+                self._fail(431, "headers_too_large",
+                           f"the headers are larger than {opts.max_header_bytes} bytes")
 
     def _fail(self, status: int, code: str, message: str) -> None:
+        if self.closing:
+            return
         self.service.stats.observe("rejected", status, 0)
+        self._queue.clear()
+        self._inbuf.clear()
         self._send(status, JSON, error_body(status, code, message), b"", keep_alive=False)
 
     # -- parser callbacks ------------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._url = b""
         self._auth = None
+        self._hints = None
         self._header_bytes = 0
         self._body = 0
         self._t0 = _perf()
-        self.busy_since = _monotonic()
+        self._in_head = True
+        self._head_seen = 0
+        if self.waiting == IDLE:
+            self.waiting = HEAD
+            self.deadline = _monotonic() + self.server.options.header_timeout
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -138,6 +233,14 @@ class HttpProtocol(asyncio.Protocol):
                           f"the headers are larger than {self.server.options.max_header_bytes} bytes")
         if len(name) == 13 and name.lower() == b"authorization":
             self._auth = value
+        elif len(name) in (21, 23) and name[:11].lower() == b"x-flakekit-":
+            low = name.lower()
+            if low == b"x-flakekit-view-epoch":
+                self._hints = self._hints or Hints()
+                self._hints.view_epoch = value.strip()
+            elif low == b"x-flakekit-forwarded-by":
+                self._hints = self._hints or Hints()
+                self._hints.forwarded_by = value.strip()
 
     def on_body(self, body: bytes) -> None:
         self._body += len(body)
@@ -148,10 +251,27 @@ class HttpProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         parser = self.parser
-        keep_alive = parser.should_keep_alive() and not self.service.stopping
+        # (no on_headers_complete callback, one call less per request: the API takes no body,
+        # so a request's head ends with the request, or the body is refused at once)
+        self._in_head = False
+        # an Upgrade is ignored (RFC 9110 allows it): answered, then the connection closes
+        keep_alive = (parser.should_keep_alive() and not parser.should_upgrade()
+                      and not self.service.stopping)
+        self.waiting = IDLE
+        self.deadline = _monotonic() + self.server.options.idle_timeout
+        request = (parser.get_method(), self._url, self._auth, keep_alive, self._t0, self._hints)
+        if self.paused or self._queue or self.busy:
+            self._queue.append(request)   # answered once the client reads what it was sent
+        else:
+            self._run(*request)
+
+    def _run(self, method: bytes, url: bytes, auth: bytes | None, keep_alive: bool, t0: int,
+             hints: Hints | None = None) -> None:
+        if self.closing:
+            return
         service = self.service
-        fast = service.fast.get(self._url)
-        if fast is not None and parser.get_method() == b"GET":
+        fast = service.fast.get(url)
+        if fast is not None and method == b"GET" and hints is None:
             try:
                 body = b"%d" % fast[1]()
             except BaseException as exc:  # noqa: BLE001
@@ -166,24 +286,76 @@ class HttpProtocol(asyncio.Protocol):
                     self._close_after_write()
                 route, status = "leaf_" + service.strategy[fast[0]], 200
         else:
-            status, ctype, body, headers, route = service.handle(parser.get_method(), self._url, self._auth)
-            self._send(status, ctype, body, headers, keep_alive)
-        service.stats.observe(route, status, _perf() - self._t0)
-        self.busy_since = 0.0
-        self.last_active = _monotonic()
+            answer = service.handle(method, url, auth, hints)
+            if isinstance(answer, Pending):
+                self._defer(answer, method, keep_alive, t0)
+                return
+            status, ctype, body, headers, route = answer
+            if method == b"HEAD":
+                self._send_head(status, ctype, len(body), headers, keep_alive)
+            else:
+                self._send(status, ctype, body, headers, keep_alive)
+        service.stats.observe(route, status, _perf() - t0)
+
+    def _defer(self, pending: Pending, method: bytes, keep_alive: bool, t0: int) -> None:
+        """Answer once ``pending`` is done; the connection reads and answers nothing else
+        meanwhile (pipelined answers stay in order)."""
+        self.busy = True
+        self._stop_reading()
+        task = asyncio.get_running_loop().create_task(pending.result())
+        self._task = task
+
+        def done(task: asyncio.Task[Any]) -> None:
+            self._task = None
+            self.busy = False
+            if task.cancelled():
+                self._close_after_write()
+                return
+            status, ctype, body, headers, route = task.result()
+            alive = keep_alive and not self.close_when_done
+            if method == b"HEAD":
+                self._send_head(status, ctype, len(body), headers, alive)
+            else:
+                self._send(status, ctype, body, headers, alive)
+            self.service.stats.observe(route, status, _perf() - t0)
+            if not self.closing:
+                self._pump()
+
+        task.add_done_callback(done)
 
     # -- writing ---------------------------------------------------------------------------------
     def _send(self, status: int, ctype: bytes, body: bytes, headers: bytes, keep_alive: bool) -> None:
         if self.transport is None or self.transport.is_closing():
             return
-        self.transport.write(b"%sContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n%s" % (
-            STATUS_LINES[status], ctype, len(body), headers, b"" if keep_alive else _CLOSE, body))
+        head = b"%sContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
+            status_line(status), ctype, len(body), headers, b"" if keep_alive else _CLOSE)
+        if len(body) > _COPY_MAX:   # a large batch: not copied once more behind the head
+            self.transport.write(head)
+            self.transport.write(body)
+        else:
+            self.transport.write(head + body)
+        if not keep_alive:
+            self._close_after_write()
+
+    def _send_head(self, status: int, ctype: bytes, length: int, headers: bytes, keep_alive: bool) -> None:
+        """A HEAD answer: the GET answer's headers, no body."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.write(b"%sContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
+            status_line(status), ctype, length, headers, b"" if keep_alive else _CLOSE))
         if not keep_alive:
             self._close_after_write()
 
     def _close_after_write(self) -> None:
         self.closing = True
+        self._queue.clear()
+        self._inbuf.clear()
         self.transport.close()   # flushes what was written first
+
+    def evictable(self) -> bool:
+        """Waiting for a request and holding none: may make room for a new connection."""
+        return not self.closing and not self.paused and not self.busy and not self._queue and not self._inbuf and (
+            self.waiting == IDLE and not self._in_head or not self.got_bytes)
 
 
 class ServerState:
@@ -192,26 +364,64 @@ class ServerState:
     def __init__(self, options: Any) -> None:
         self.options = options
         self.connections: set[HttpProtocol] = set()
+        self.evicted = 0
+
+    def make_room(self) -> bool:
+        """At the connection limit: close the connection closest to its deadline among those
+        waiting for a request (idle keep-alive, or silent since accept), so one client holding
+        every slot cannot lock others out. False if every connection is busy."""
+        best: HttpProtocol | None = None
+        for conn in self.connections:
+            if conn.evictable() and (best is None or conn.deadline < best.deadline):
+                best = conn
+        if best is None:
+            return False
+        self.evicted += 1
+        best._close_after_write()
+        self.connections.discard(best)
+        return True
 
     def sweep(self) -> None:
-        """Close connections past the header deadline or the idle timeout."""
+        """Close connections past the header deadline, the idle timeout, or (a client that
+        reads none of its answers) the write deadline."""
         now = _monotonic()
         opts = self.options
         for conn in list(self.connections):
-            if conn.closing or conn.paused:
+            if conn.closing:
                 continue
-            if conn.busy_since and now - conn.busy_since > opts.header_timeout:
+            if conn.paused:
+                if now > conn.write_deadline:
+                    log.info("closing a connection whose client read nothing for %g s",
+                             opts.idle_timeout)
+                    conn.closing = True
+                    conn.transport.abort()
+                continue
+            if now <= conn.deadline or conn._queue or conn.busy:
+                continue
+            if conn.waiting == HEAD and conn.got_bytes:
                 conn._send(408, JSON, error_body(408, "request_timeout",
                            f"the request was not complete within {opts.header_timeout:g} s"),
                            b"", keep_alive=False)
-            elif not conn.busy_since and now - conn.last_active > opts.idle_timeout:
-                conn._close_after_write()
+            else:
+                conn._close_after_write()   # silent since accept, or idle keep-alive
 
     def close_idle(self) -> None:
-        """At shutdown: close every connection (no request is ever in flight between events)."""
+        """At shutdown: close every connection but those answering off the loop, which
+        close once answered (:meth:`finish`)."""
         for conn in list(self.connections):
-            if not conn.closing:
+            if conn.busy:
+                conn.close_when_done = True
+            elif not conn.closing:
                 conn._close_after_write()
+
+    async def finish(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the answers still being made off the loop."""
+        deadline = _monotonic() + timeout
+        while any(c.busy for c in self.connections) and _monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            if conn._task is not None:
+                conn._task.cancel()
 
 
 async def sweeper(state: ServerState, interval: float = 1.0) -> None:

@@ -8,17 +8,61 @@ with several processes each one writes its snapshot to a shared run directory an
 from __future__ import annotations
 
 import bisect
+import os
+import platform
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["EVENTS", "LATENCY_BUCKETS_S", "RequestStats", "render"]
+from flakekit.plugin import LATENCY_BUCKETS_S as FETCH_BUCKETS_S
+
+__all__ = ["ALERT_KINDS", "EVENTS", "LATENCY_BUCKETS_S", "RequestStats", "os_stats", "render"]
 
 #: request latency histogram bounds, seconds
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                      0.1, 0.25, 0.5, 1.0, 2.5)
 _BOUNDS_NS = [round(b * 1e9) for b in LATENCY_BUCKETS_S]
+
+
+#: alert kinds flakekit and its plugins raise: their counters start at 0 (a counter missing until its first
+#: event breaks ``rate()`` and ``increase()`` over the first one)
+ALERT_KINDS = ("segment-unavailable", "worker-bad-row", "worker-capacity", "worker-reclaim",
+               "workers-exhausted", "zookeeper-leaf-clock", "zookeeper-leaf-mismatch",
+               "zookeeper-unreachable")   # docs/operations.md lists them
+
+
+def _boot_time() -> float:
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    return 0.0  # pragma: no cover
+
+
+def os_stats() -> dict[str, float]:
+    """This process's CPU, memory and file descriptors from /proc, as Prometheus' client
+    library reads them (``process_*``); empty where /proc is missing (not Linux)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rpartition(")")[2].split()   # after the command name
+        ticks = os.sysconf("SC_CLK_TCK")
+        max_fds = float("inf")
+        with open("/proc/self/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    soft = line.split()[3]
+                    max_fds = float("inf") if soft == "unlimited" else float(soft)
+        return {
+            "cpu_seconds": (int(fields[11]) + int(fields[12])) / ticks,
+            "virtual_memory_bytes": float(fields[20]),
+            "resident_memory_bytes": float(int(fields[21]) * os.sysconf("SC_PAGE_SIZE")),
+            "start_time_seconds": _boot_time() + int(fields[19]) / ticks,
+            "open_fds": float(len(os.listdir("/proc/self/fd"))),
+            "max_fds": max_fds,
+        }
+    except (OSError, IndexError, ValueError):
+        return {}
 
 
 class RequestStats:
@@ -81,6 +125,8 @@ def _esc(value: Any) -> str:
 
 
 def _labels(labels: Mapping[str, Any]) -> str:
+    if not labels:
+        return ""
     return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in labels.items()) + "}"
 
 
@@ -108,8 +154,24 @@ class _Family:
         self.samples.append(f"{self.name}{suffix}{_labels(labels)} {_num(value)}")
 
 
+#: Prometheus' standard process metrics (``os_stats`` key -> family), per server process
+PROCESS_FAMILIES = [
+    ("cpu_seconds", "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds."),
+    ("virtual_memory_bytes", "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes."),
+    ("resident_memory_bytes", "process_resident_memory_bytes", "gauge", "Resident memory size in bytes."),
+    ("start_time_seconds", "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds."),
+    ("open_fds", "process_open_fds", "gauge", "Number of open file descriptors."),
+    ("max_fds", "process_max_fds", "gauge", "Maximum number of open file descriptors."),
+]
+
 FAMILIES = [
+    ("flakekit_build_info", "gauge", "Always 1; the labels name the flakekit, server plugin and Python versions."),
+    *((name, kind, help_) for _, name, kind, help_ in PROCESS_FAMILIES),
     ("flakekit_server_ready", "gauge", "1 while this process is ready (every lease valid, every segment key has a buffer)."),
+    ("flakekit_server_processes_expected", "gauge", "Worker processes the server runs (--workers)."),
+    ("flakekit_server_processes_running", "gauge", "Worker processes serving now."),
+    ("flakekit_server_process_running", "gauge", "1 while this worker process serves."),
+    ("flakekit_server_process_restarts_total", "counter", "Times the supervisor restarted this worker process."),
     ("flakekit_server_start_time_seconds", "gauge", "Unix time the process started serving."),
     ("flakekit_ids_issued_total", "counter", "IDs handed out over HTTP, by generator."),
     ("flakekit_generator_ready", "gauge", "1 while the generator can issue IDs."),
@@ -127,7 +189,8 @@ FAMILIES = [
     ("flakekit_segment_buffer_fill_ratio", "gauge", "Share of the buffer's segment still unused (0..1)."),
     ("flakekit_segment_fetches_total", "counter", "Segments fetched from the database."),
     ("flakekit_segment_fetch_failures_total", "counter", "Failed segment fetches."),
-    ("flakekit_segment_fetch_duration_seconds", "summary", "Database fetch latency per key."),
+    ("flakekit_segment_fetch_duration_seconds", "histogram", "Database fetch latency per key."),
+    ("flakekit_lease_acquire_duration_seconds", "histogram", "Worker-lease acquire latency (successful acquires, re-acquires included)."),
     ("flakekit_segment_fetch_duration_max_seconds", "gauge", "Slowest database fetch per key."),
     ("flakekit_segment_fetch_duration_last_seconds", "gauge", "Latest database fetch per key."),
     ("flakekit_segment_waits_total", "counter", "Requests that waited for a refill (both buffers empty)."),
@@ -136,21 +199,87 @@ FAMILIES = [
     ("flakekit_http_request_duration_seconds", "histogram", "Time from a request's first byte to its response, by route."),
     ("flakekit_http_connections", "gauge", "Open HTTP connections."),
     ("flakekit_http_rejected_connections_total", "counter", "Connections refused over --max-connections."),
+    ("flakekit_http_offloaded_batches_total", "counter", "Large batches made in a worker thread, off the event loop."),
+    ("flakekit_cluster_view_epoch", "gauge", "The cluster view epoch this node serves by."),
+    ("flakekit_cluster_members", "gauge", "Members of the cluster by state (alive, draining, lapsed, left)."),
+    ("flakekit_cluster_owned_keys", "gauge", "Strict keys this node owns in the current view."),
+    ("flakekit_cluster_lease_remaining_seconds", "gauge", "Seconds left on this node's membership lease."),
+    ("flakekit_cluster_handoffs_total", "counter", "Strict keys this node took over (hand-offs completed)."),
+    ("flakekit_cluster_handoff_duration_seconds", "histogram", "Time from seeing a new owner epoch to serving the key."),
+    ("flakekit_cluster_forwards_total", "counter", "Requests forwarded to a strict key's owner, by result."),
+    ("flakekit_cluster_misdirected_total", "counter", "421 answers: a client that routes by its view asked the wrong node."),
+    ("flakekit_cluster_refused_total", "counter", "503 answers for strict keys, by reason."),
 ]
 
+#: members' states in the view (their series start at 0)
+MEMBER_STATES = ("alive", "draining", "lapsed", "left")
 
-def render(snapshots: Iterable[Mapping[str, Any]]) -> str:
-    """Prometheus text exposition (version 0.0.4) of every process's snapshot."""
+
+def _cluster(fams: dict[str, _Family], cluster: Mapping[str, Any], p: str) -> None:
+    """The cluster families of one process (``ClusterHttp.snapshot()``)."""
+    status = cluster.get("status") or {}
+    node = str(status.get("node", ""))
+    fams["flakekit_cluster_view_epoch"].add(status.get("epoch", 0), node=node, process=p)
+    states = Counter({s: 0 for s in MEMBER_STATES})
+    for member in status.get("members") or []:
+        states[str(member.get("state", "alive"))] += 1
+    for state, n in sorted(states.items()):
+        fams["flakekit_cluster_members"].add(n, state=state, process=p)
+    owners = status.get("owners") or {}
+    fams["flakekit_cluster_owned_keys"].add(sum(1 for o in owners.values() if o == node),
+                                            node=node, process=p)
+    lease = (status.get("lease") or {}).get("remaining_s")
+    if lease is not None:
+        fams["flakekit_cluster_lease_remaining_seconds"].add(lease, node=node, process=p)
+    handoffs = int(cluster.get("handoffs", 0))
+    fams["flakekit_cluster_handoffs_total"].add(handoffs, node=node, process=p)
+    fam = fams["flakekit_cluster_handoff_duration_seconds"]
+    buckets = cluster.get("handoff_buckets") or [0] * (len(FETCH_BUCKETS_S) + 1)
+    cumulative = 0
+    for bound, n in zip(FETCH_BUCKETS_S, buckets):
+        cumulative += n
+        fam.add(cumulative, "_bucket", le=repr(bound), node=node, process=p)
+    count = cluster.get("handoff_count", 0)
+    fam.add(count, "_bucket", le="+Inf", node=node, process=p)
+    fam.add(cluster.get("handoff_sum_ms", 0.0) / 1e3, "_sum", node=node, process=p)
+    fam.add(count, "_count", node=node, process=p)
+    for result, n in sorted((cluster.get("forwards") or {}).items()):
+        fams["flakekit_cluster_forwards_total"].add(n, result=result, node=node, process=p)
+    fams["flakekit_cluster_misdirected_total"].add(cluster.get("misdirected", 0), node=node,
+                                                   process=p)
+    for reason, n in sorted((cluster.get("refused") or {}).items()):
+        fams["flakekit_cluster_refused_total"].add(n, reason=reason, node=node, process=p)
+
+
+def render(snapshots: Iterable[Mapping[str, Any]], supervision: Mapping[str, Any] | None = None) -> str:
+    """Prometheus text exposition (version 0.0.4) of every process's snapshot, and of the
+    supervision (expected vs running processes, restarts)."""
+    from flakekit import __version__ as version
+    from flakekit_server import __version__ as server_version
+
     fams = {name: _Family(name, kind, help_) for name, kind, help_ in FAMILIES}
+    fams["flakekit_build_info"].add(1, version=version, server_version=server_version,
+                                    python=platform.python_version())
+    if supervision is not None:
+        fams["flakekit_server_processes_expected"].add(supervision["expected"])
+        fams["flakekit_server_processes_running"].add(supervision["running"])
+        for proc in supervision["processes"]:
+            p = str(proc["process"])
+            fams["flakekit_server_process_running"].add(bool(proc["running"]), process=p)
+            fams["flakekit_server_process_restarts_total"].add(proc["restarts"], process=p)
     for snap in snapshots:
         p = str(snap["process"])
+        ostats = snap.get("os", {})
+        for key, name, _, _ in PROCESS_FAMILIES:
+            if key in ostats:
+                fams[name].add(ostats[key], process=p)
         fams["flakekit_server_ready"].add(snap["ready"], process=p)
         fams["flakekit_server_start_time_seconds"].add(snap["started"], process=p)
         for gen in snap["generators"]:
             g = gen["name"]
             fams["flakekit_ids_issued_total"].add(gen["issued"], generator=g, process=p)
             fams["flakekit_generator_ready"].add(gen["ready"], generator=g, process=p)
-            if gen["strategy"] == "snowflake":
+            if gen.get("kind") == "time-ordered":  # a worker lease to report
                 w = "" if gen.get("worker_id") is None else gen["worker_id"]
                 if gen.get("worker_id") is not None:
                     fams["flakekit_worker_id"].add(gen["worker_id"], generator=g, process=p)
@@ -161,9 +290,24 @@ def render(snapshots: Iterable[Mapping[str, Any]]) -> str:
                         float("inf") if remaining is None else remaining,
                         generator=g, process=p, worker=w)
                 fams["flakekit_lease_renewals_total"].add(gen.get("renewals", 0), generator=g, process=p)
+                fam = fams["flakekit_lease_acquire_duration_seconds"]
+                acquires = gen.get("acquires", 0)
+                buckets = gen.get("acquire_buckets") or [0] * (len(FETCH_BUCKETS_S) + 1)
+                cumulative = 0
+                for bound, n in zip(FETCH_BUCKETS_S, buckets):
+                    cumulative += n
+                    fam.add(cumulative, "_bucket", le=repr(bound), generator=g, process=p)
+                fam.add(acquires, "_bucket", le="+Inf", generator=g, process=p)
+                fam.add(gen.get("acquire_ns_total", 0) / 1e9, "_sum", generator=g, process=p)
+                fam.add(acquires, "_count", generator=g, process=p)
                 fams["flakekit_lease_renew_failures_total"].add(gen.get("renew_failures", 0), generator=g, process=p)
                 fams["flakekit_lease_losses_total"].add(
                     snap["events"]["lease_lost"].get(g, 0), generator=g, process=p)
+                rollbacks = {(r[0], bool(r[1])): r[2] for r in snap["events"]["clock_rollbacks"]}
+                for waited in (False, True):   # both series from start, at 0
+                    fams["flakekit_clock_rollbacks_total"].add(
+                        rollbacks.get((g, waited), 0), generator=g,
+                        waited=str(waited).lower(), process=p)
             else:
                 for key in gen.get("keys", []):
                     k = key["key"]
@@ -180,15 +324,26 @@ def render(snapshots: Iterable[Mapping[str, Any]]) -> str:
                     fams["flakekit_segment_fetches_total"].add(fetches, **labels)
                     fams["flakekit_segment_fetch_failures_total"].add(key.get("fetch_failures", 0), **labels)
                     mean = key.get("fetch_ms_mean") or 0.0
-                    fams["flakekit_segment_fetch_duration_seconds"].add(mean * fetches / 1e3, "_sum", **labels)
-                    fams["flakekit_segment_fetch_duration_seconds"].add(fetches, "_count", **labels)
+                    fam = fams["flakekit_segment_fetch_duration_seconds"]
+                    buckets = key.get("fetch_buckets") or [0] * (len(FETCH_BUCKETS_S) + 1)
+                    cumulative = 0
+                    for bound, n in zip(FETCH_BUCKETS_S, buckets):
+                        cumulative += n
+                        fam.add(cumulative, "_bucket", le=repr(bound), **labels)
+                    fam.add(fetches, "_bucket", le="+Inf", **labels)
+                    fam.add(mean * fetches / 1e3, "_sum", **labels)
+                    fam.add(fetches, "_count", **labels)
                     fams["flakekit_segment_fetch_duration_max_seconds"].add((key.get("fetch_ms_max") or 0.0) / 1e3, **labels)
                     fams["flakekit_segment_fetch_duration_last_seconds"].add((key.get("fetch_ms_last") or 0.0) / 1e3, **labels)
                     fams["flakekit_segment_waits_total"].add(key.get("waits", 0), **labels)
                     fams["flakekit_segment_unavailable_total"].add(key.get("unavailable", 0), **labels)
+        snowflakes = {gen["name"] for gen in snap["generators"] if gen.get("kind") == "time-ordered"}
         for g, waited, n in snap["events"]["clock_rollbacks"]:
-            fams["flakekit_clock_rollbacks_total"].add(n, generator=g, waited=str(bool(waited)).lower(), process=p)
-        for kind, n in snap["events"]["alerts"].items():
+            if g not in snowflakes:   # (a generator's own series are written above)
+                fams["flakekit_clock_rollbacks_total"].add(
+                    n, generator=g, waited=str(bool(waited)).lower(), process=p)
+        alerts = {kind: 0 for kind in ALERT_KINDS} | snap["events"]["alerts"]
+        for kind, n in sorted(alerts.items()):
             fams["flakekit_alerts_total"].add(n, kind=kind, process=p)
         http = snap["http"]
         for route, status, n in sorted(http["requests"]):
@@ -204,6 +359,9 @@ def render(snapshots: Iterable[Mapping[str, Any]]) -> str:
             fam.add(h[-1], "_count", route=route, process=p)
         fams["flakekit_http_connections"].add(http["connections"], process=p)
         fams["flakekit_http_rejected_connections_total"].add(http["rejected_connections"], process=p)
+        fams["flakekit_http_offloaded_batches_total"].add(snap.get("offloaded_batches", 0), process=p)
+        if snap.get("cluster"):
+            _cluster(fams, snap["cluster"], p)
     out: list[str] = []
     for fam in fams.values():
         out.append(f"# HELP {fam.name} {fam.help}")

@@ -1,7 +1,10 @@
-"""The monitor page at ``/``: every generator and lease, and each segment key's two
-buffers (position, end, step, ready) as Leaf's ``/cache`` shows them. Plain HTML and a
-little JavaScript that reads ``/api/v1/status`` every two seconds; no external assets,
-and every value is inserted as text (keys come from the database)."""
+"""The monitor page at ``/``: pictures first (each segment key's two buffers as fill bars,
+IDs/s per generator as a sparkline, the lease's time left as a bar, the processes and
+their restarts, in cluster mode the members, the owner of each strict key and the hand-offs
+in progress), then the numbers as Leaf's ``/cache`` shows them, and the segment table
+(``/db``). One HTML document: inline CSS, JavaScript and SVG, no external assets. It
+reads ``/api/v1/status`` every two seconds; every value is inserted as text (keys come
+from the database), never as markup."""
 
 from __future__ import annotations
 
@@ -14,67 +17,300 @@ PAGE = b"""<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>flakekit server</title>
 <style>
-  body { font: 13px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; background: #fafafa; }
-  h1 { font-size: 1.4em; margin: 0 0 .2em; }
-  h2 { font-size: 1.1em; margin: 1.6em 0 .4em; }
-  table { border-collapse: collapse; background: #fff; }
-  th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; white-space: nowrap; }
-  th { background: #eee; } td.l, th.l { text-align: left; } th[colspan] { text-align: center; }
-  .badge { display: inline-block; padding: .1em .6em; border-radius: .8em; color: #fff; font-weight: 600; }
-  .ok { background: #2a7d2a; } .bad { background: #b22; } .muted { color: #777; }
+  * { box-sizing: border-box; }
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 0; padding: 1em 1.2em 2em; color: #1f2328;
+         background: #f4f5f7; }
+  h1 { font-size: 1.35em; margin: 0 0 .2em; display: flex; flex-wrap: wrap; gap: .5em; align-items: center; }
+  h2 { font-size: 1.05em; margin: 1.6em 0 .5em; }
+  a { color: #0b5cad; }
+  .muted { color: #6a737d; } .small { font-size: .85em; }
+  .badge { display: inline-block; padding: .1em .7em; border-radius: .8em; color: #fff; font-weight: 600;
+           font-size: .8em; }
+  .ok { background: #2a7d2a; } .bad { background: #b22; }
+  #problems { margin: .4em 0; padding-left: 1.2em; } #problems li { color: #b22; }
+  .cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(300px, 1fr)); gap: .8em; }
+  .card { background: #fff; border: 1px solid #d8dce1; border-radius: 8px; padding: .7em .9em;
+          min-width: 0; }
+  .card h3 { margin: 0 0 .4em; font-size: 1em; display: flex; flex-wrap: wrap;
+             justify-content: space-between; align-items: baseline; gap: 0 .6em; }
+  .card h3 .key, .card h3 .name { overflow-wrap: anywhere; min-width: 0; }
+  .card h3 .muted { font-weight: normal; font-size: .85em; margin-left: auto; }
+  .row { display: grid; grid-template-columns: 5.5em 1fr; gap: .5em; align-items: center; margin: .35em 0; }
+  .bar { position: relative; height: 1.25em; background: #e7e9ec; border-radius: 4px; overflow: hidden; }
+  .fill { position: absolute; inset: 0 auto 0 0; background: #9cc8ee; border-radius: 4px 0 0 4px; }
+  .fill.lease { background: #9fd49f; } .fill.low { background: #f2c46d; } .fill.gone { background: #ef9a9a; }
+  .bar .label { position: absolute; inset: 0; padding: 0 .4em; font-size: .8em; line-height: 1.55em;
+                white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
+  .bar.pending { background: repeating-linear-gradient(135deg, #eceef1 0 6px, #e2e5e9 6px 12px); }
+  .bar.pending .label { color: #6a737d; }
+  svg.spark { display: block; width: 100%; height: 44px; background: #f7f9fb; border-radius: 4px; }
+  .spark path.line { fill: none; stroke: #3b82c4; stroke-width: 1.5; }
+  .spark path.area { fill: #3b82c4; opacity: .15; stroke: none; }
+  .procs { display: flex; flex-wrap: wrap; gap: .5em; }
+  .proc { background: #fff; border: 1px solid #d8dce1; border-radius: 8px; padding: .4em .7em; }
+  .proc .dot { display: inline-block; width: .7em; height: .7em; border-radius: 50%; margin-right: .3em; }
+  .scroll { overflow-x: auto; max-width: 100%; }
+  table { border-collapse: collapse; background: #fff; font-size: .9em; }
+  th, td { border: 1px solid #d8dce1; padding: .2em .55em; text-align: right; white-space: nowrap; }
+  th { background: #eef0f3; } td.l, th.l { text-align: left; } th[colspan] { text-align: center; }
   .yes { color: #2a7d2a; font-weight: 600; } .no { color: #b22; font-weight: 600; }
-  #problems li { color: #b22; }
+  td.pending { color: #6a737d; font-weight: normal; }
+  details { margin-top: .6em; } summary { cursor: pointer; }
+  @media (max-width: 480px) {
+    body { padding: .7em .6em 2em; font-size: 13px; }
+    .cards { grid-template-columns: 1fr; }
+    .row { grid-template-columns: 4.6em 1fr; }
+  }
 </style>
 </head>
 <body>
 <h1>flakekit server <span id="ready" class="badge">...</span></h1>
-<div id="summary" class="muted">loading...</div>
+<div id="summary" class="muted small">loading...</div>
 <ul id="problems"></ul>
+
+<h2>Processes</h2>
+<div id="processes" class="procs"></div>
+
+<section id="cluster-panel" hidden>
+<h2>Cluster <span id="cluster-summary" class="muted small"></span></h2>
+<div class="scroll"><table id="cluster-members"><thead><tr><th class="l">node</th>
+  <th class="l">advertise</th><th>weight</th><th class="l">state</th><th>strict keys owned</th>
+</tr></thead><tbody></tbody></table></div>
+<div class="scroll"><table id="cluster-keys"><thead><tr><th class="l">strict key</th>
+  <th class="l">owner</th><th>claim epoch here</th><th class="l">here</th>
+</tr></thead><tbody></tbody></table></div>
+<p id="cluster-moving" class="small"></p>
+</section>
+
+<h2>Snowflake generators: IDs/s (up to the last 5 minutes) and lease time left</h2>
+<div id="generator-cards" class="cards"></div>
+
+<h2>Segment keys: the two buffers (IDs left in each)</h2>
+<div id="segment-cards" class="cards"></div>
+
+<h2>Segment table</h2>
+<div class="scroll"><table id="db"><thead><tr><th class="l">tag</th><th>max</th><th>step</th>
+  <th class="l">update</th><th class="l">generator</th></tr></thead><tbody></tbody></table></div>
+<p class="muted small">As Leaf's <a href="/db">/db</a> page shows it (re-read every 10 s).</p>
+
+<details>
+<summary>Numbers (as Leaf's /cache)</summary>
 <h2>Snowflake generators and leases</h2>
-<table id="leases"><thead><tr>
+<div class="scroll"><table id="leases"><thead><tr>
   <th class="l">generator</th><th>process</th><th class="l">layout</th><th>worker id</th><th>epoch</th>
   <th>lease left (s)</th><th>renewals</th><th>renew failures</th><th>IDs issued</th><th class="l">state</th>
-</tr></thead><tbody></tbody></table>
-<h2>Segment keys (two buffers each, as Leaf's /cache)</h2>
-<table id="segments"><thead><tr>
+</tr></thead><tbody></tbody></table></div>
+<h2>Segment keys</h2>
+<div class="scroll"><table id="segments"><thead><tr>
   <th class="l" rowspan="2">key</th><th class="l" rowspan="2">generator</th><th rowspan="2">process</th>
   <th rowspan="2">step</th><th rowspan="2">IDs issued</th>
   <th colspan="4">current buffer</th><th colspan="4">next buffer</th>
   <th rowspan="2">fetches</th><th rowspan="2">fetch ms</th><th class="l" rowspan="2">state</th>
 </tr><tr>
   <th>pos</th><th>end</th><th>step</th><th>ready</th><th>pos</th><th>end</th><th>step</th><th>ready</th>
-</tr></thead><tbody></tbody></table>
-<p class="muted">Refreshes every 2 s. JSON: <a href="/api/v1/status">/api/v1/status</a>,
+</tr></thead><tbody></tbody></table></div>
+</details>
+<p class="muted small">Refreshes every 2 s. JSON: <a href="/api/v1/status">/api/v1/status</a>,
 metrics: <a href="/metrics">/metrics</a>, readiness: <a href="/ready">/ready</a>.</p>
 <script>
 "use strict";
-function cell(row, value, cls) {
-  const td = document.createElement("td");
-  td.textContent = (value === null || value === undefined) ? "-" : String(value);
-  if (cls) td.className = cls;
-  row.appendChild(td);
+const SVG = "http://www.w3.org/2000/svg";
+const leaseFull = {};   // the longest lease time seen per generator: the bar's full length
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = String(text);
+  return e;
 }
-function yesno(row, value) { cell(row, value ? "yes" : "no", value ? "yes" : "no"); }
+function cell(row, value, cls) {
+  row.appendChild(el("td", cls, (value === null || value === undefined) ? "-" : value));
+}
+function fmt(n) { return (n === null || n === undefined) ? "-" : Number(n).toLocaleString("en-US"); }
+function bar(fraction, label, fillClass, barClass) {
+  const b = el("div", "bar" + (barClass ? " " + barClass : ""));
+  if (fraction !== null) {
+    const f = el("div", "fill" + (fillClass ? " " + fillClass : ""));
+    f.style.width = (Math.max(0, Math.min(1, fraction)) * 100).toFixed(1) + "%";
+    b.appendChild(f);
+  }
+  b.appendChild(el("span", "label", label));
+  return b;
+}
+function row(name, content) {
+  const r = el("div", "row");
+  r.appendChild(el("span", "muted small", name));
+  r.appendChild(content);
+  return r;
+}
+function sparkline(rates) {
+  const w = 300, h = 44;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", "0 0 " + w + " " + h);
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("role", "img");
+  const data = rates.slice(-300);
+  const n = Math.max(60, data.length);   // the axis grows to five minutes as samples arrive
+  const max = Math.max(1, ...data);
+  const pts = data.map((v, i) => [w - (data.length - 1 - i) * (w / (n - 1)), h - 2 - (v / max) * (h - 6)]);
+  const title = document.createElementNS(SVG, "title");
+  title.textContent = data.length ? "max " + max + " IDs/s over " + data.length + " s" : "no samples yet";
+  svg.appendChild(title);
+  if (pts.length) {
+    const d = pts.map((p, i) => (i ? "L" : "M") + p[0].toFixed(1) + " " + p[1].toFixed(1)).join(" ");
+    const area = document.createElementNS(SVG, "path");
+    area.setAttribute("class", "area");
+    area.setAttribute("d", d + " L" + w + " " + h + " L" + pts[0][0].toFixed(1) + " " + h + " Z");
+    const line = document.createElementNS(SVG, "path");
+    line.setAttribute("class", "line");
+    line.setAttribute("d", d);
+    svg.appendChild(area); svg.appendChild(line);
+  }
+  return svg;
+}
+function rateText(rates) {
+  const last = rates.slice(-10);
+  const now = last.length ? last.reduce((a, b) => a + b, 0) / last.length : 0;
+  return fmt(Math.round(now)) + " IDs/s now (10 s mean) \\u00b7 peak " + fmt(Math.max(0, ...rates)) +
+    " \\u00b7 last " + Math.max(60, Math.min(300, rates.length)) + " s";
+}
+function generatorCard(proc, g) {
+  const card = el("div", "card generator-card");
+  const h = el("h3"); h.appendChild(el("span", "name", g.name));
+  h.appendChild(el("span", "muted", g.layout + " \\u00b7 worker " + (g.worker_id === null ? "-" : g.worker_id) +
+                   " \\u00b7 process " + proc.process));
+  card.appendChild(h);
+  const rates = g.rate_per_s || [];
+  card.appendChild(sparkline(rates));
+  card.appendChild(el("div", "muted small rate", rateText(rates)));
+  const left = g.lease_remaining_s;
+  let b;
+  if (left === null || left === undefined) {
+    b = bar(1, g.worker_id === null ? "no lease" : "never expires", "lease");
+  } else {
+    const key = proc.process + "/" + g.name;
+    leaseFull[key] = Math.max(leaseFull[key] || 0, left);
+    const frac = leaseFull[key] > 0 ? left / leaseFull[key] : 0;
+    b = bar(frac, left.toFixed(1) + " s left \\u00b7 " + g.renewals + " renewals" +
+            (g.renew_failures ? ", " + g.renew_failures + " failed" : ""),
+            left <= 0 ? "gone" : (frac < 0.34 ? "low" : "lease"));
+  }
+  b.classList.add("lease-bar");
+  card.appendChild(row("lease", b));
+  card.appendChild(row("issued", el("span", "issued", fmt(g.issued))));
+  if (!g.ready) card.appendChild(el("div", "no small", g.problem));
+  return card;
+}
+function bufferBar(b) {
+  if (!b || !b.ready || b.end === null || b.end === undefined) {
+    // the normal state between fetches: grey, not an error
+    const out = bar(null, b && b.slot === "current" ? "empty" : "not loaded yet (normal)", "", "pending");
+    out.classList.add("buffer", "pending-buffer");
+    return out;
+  }
+  const size = Math.max(1, b.end - b.start), left = Math.max(0, b.end - b.position);
+  const out = bar(left / size, fmt(left) + " of " + fmt(size) + " left \\u00b7 " + fmt(b.start) + "\\u2013" + fmt(b.end));
+  out.classList.add("buffer", "ready-buffer");
+  out.dataset.fill = (left / size).toFixed(3);
+  return out;
+}
+function segmentCard(proc, g, k) {
+  const card = el("div", "card segment-card");
+  const h = el("h3"); h.appendChild(el("span", "key", k.key));
+  h.appendChild(el("span", "muted", g.name + " \\u00b7 step " + fmt(k.step) + " \\u00b7 process " + proc.process));
+  card.appendChild(h);
+  for (const slot of ["current", "next"]) {
+    const b = (k.buffers || []).find(x => x.slot === slot);
+    card.appendChild(row(slot, bufferBar(b ? b : {slot: slot, ready: false})));
+  }
+  card.appendChild(el("div", "muted small", fmt(k.fetches) + " fetches" +
+    (k.fetch_ms_last === null || k.fetch_ms_last === undefined ? "" : ", last " + k.fetch_ms_last.toFixed(1) + " ms") +
+    (k.fetch_failures ? ", " + k.fetch_failures + " failed" : "")));
+  if (k.last_error) card.appendChild(el("div", "no small", k.last_error));
+  return card;
+}
+function renderProcesses(sup) {
+  const box = document.getElementById("processes");
+  box.replaceChildren();
+  for (const p of sup.processes) {
+    const d = el("div", "proc " + (p.running ? "running" : "stopped"));
+    const dot = el("span", "dot " + (p.running ? "ok" : "bad"));
+    d.appendChild(dot);
+    d.appendChild(el("b", "", "process " + p.process));
+    d.appendChild(el("span", "muted", " pid " + (p.pid === null || p.pid === undefined ? "-" : p.pid) +
+                     " \\u00b7 " + p.restarts + " restart" + (p.restarts === 1 ? "" : "s")));
+    if (p.last_error) d.appendChild(el("div", "no small", p.last_error));
+    box.appendChild(d);
+  }
+}
+function renderCluster(procs) {
+  // the cluster as this node sees it: members with their state, the owner of each strict
+  // key, and the keys being handed over (claiming or releasing here)
+  const panel = document.getElementById("cluster-panel");
+  const c = (procs.find(p => p.cluster) || {}).cluster;
+  if (!c || !c.status) { panel.hidden = true; return; }
+  panel.hidden = false;
+  const st = c.status, owners = st.owners || {}, claims = st.claims || {};
+  const lease = (st.lease || {}).remaining_s;
+  document.getElementById("cluster-summary").textContent =
+    "cluster " + st.cluster + " \\u00b7 this node " + st.node + " \\u00b7 view epoch " + st.epoch +
+    " \\u00b7 " + st.hash + " \\u00b7 membership lease " +
+    (lease === null || lease === undefined ? "-" : lease.toFixed(1) + " s") +
+    " \\u00b7 " + c.handoffs + " hand-off(s) taken \\u00b7 forwards " + (c.forwards.ok || 0) +
+    " ok, " + (c.forwards.failed || 0) + " failed \\u00b7 421s " + c.misdirected;
+  const members = document.querySelector("#cluster-members tbody");
+  members.replaceChildren();
+  for (const m of (st.members || [])) {
+    const tr = el("tr", "member");
+    cell(tr, m.node + (m.node === st.node ? " (this node)" : ""), "l node");
+    cell(tr, m.advertise, "l"); cell(tr, m.weight);
+    cell(tr, m.state, "l state " + (m.state === "alive" ? "yes" : "no"));
+    cell(tr, Object.values(owners).filter(o => o === m.node).length, "owned");
+    members.appendChild(tr);
+  }
+  if (!members.children.length) { const tr = el("tr"); cell(tr, "(no view yet)", "l muted"); members.appendChild(tr); }
+  const keys = document.querySelector("#cluster-keys tbody");
+  keys.replaceChildren();
+  const moving = [];
+  for (const k of Object.keys(owners).sort()) {
+    const claim = claims[k] || {};
+    const tr = el("tr", "strict-key");
+    cell(tr, k, "l key"); cell(tr, owners[k], "l owner"); cell(tr, claim.epoch);
+    const state = claim.state || "-";
+    cell(tr, state, "l " + (state === "owned" ? "yes" : (state === "idle" || state === "-") ? "" : "no"));
+    if (state === "claiming" || state === "releasing") moving.push(k + " (" + state + ")");
+    keys.appendChild(tr);
+  }
+  if (!keys.children.length) { const tr = el("tr"); cell(tr, "(no strict keys)", "l muted"); keys.appendChild(tr); }
+  const mv = document.getElementById("cluster-moving");
+  mv.textContent = moving.length ? "hand-offs in progress: " + moving.join(", ") : "no hand-off in progress";
+  mv.className = "small " + (moving.length ? "no" : "muted");
+}
 function render(s) {
   const ready = document.getElementById("ready");
   ready.textContent = s.ready ? "ready" : "not ready";
   ready.className = "badge " + (s.ready ? "ok" : "bad");
   const srv = s.server;
   document.getElementById("summary").textContent =
-    "version " + srv.version + " \\u00b7 " + srv.processes + " process(es) \\u00b7 " + srv.stack +
+    "version " + srv.version + " \\u00b7 " + s.supervision.running + " of " + s.supervision.expected +
+    " process(es) running, " + s.supervision.restarts + " restart(s) \\u00b7 " + srv.stack +
     " \\u00b7 " + srv.host + ":" + srv.port + " \\u00b7 config " + (srv.config || "(embedded default)") +
     " \\u00b7 updated " + new Date(srv.time * 1000).toLocaleTimeString();
   const problems = document.getElementById("problems");
   problems.replaceChildren();
-  for (const p of s.problems) { const li = document.createElement("li"); li.textContent = p; problems.appendChild(li); }
+  for (const p of s.problems) problems.appendChild(el("li", "", p));
+  renderProcesses(s.supervision);
+  renderCluster(s.processes);
+  const gcards = document.getElementById("generator-cards");
+  const scards = document.getElementById("segment-cards");
   const leases = document.querySelector("#leases tbody");
   const segments = document.querySelector("#segments tbody");
-  leases.replaceChildren(); segments.replaceChildren();
+  gcards.replaceChildren(); scards.replaceChildren(); leases.replaceChildren(); segments.replaceChildren();
   for (const proc of s.processes) {
     for (const g of proc.generators) {
-      if (g.strategy === "snowflake") {
-        const tr = document.createElement("tr");
-        tr.className = "generator";
+      if (g.kind === "time-ordered") {
+        gcards.appendChild(generatorCard(proc, g));
+        const tr = el("tr", "generator");
         cell(tr, g.name, "l name"); cell(tr, proc.process); cell(tr, g.layout, "l");
         cell(tr, g.worker_id, "worker"); cell(tr, g.epoch);
         cell(tr, g.lease_remaining_s === null || g.lease_remaining_s === undefined ? "never expires" : g.lease_remaining_s.toFixed(1));
@@ -84,14 +320,14 @@ function render(s) {
         continue;
       }
       for (const k of (g.keys || [])) {
-        const tr = document.createElement("tr");
-        tr.className = "segment";
+        scards.appendChild(segmentCard(proc, g, k));
+        const tr = el("tr", "segment");
         cell(tr, k.key, "l key"); cell(tr, g.name, "l"); cell(tr, proc.process); cell(tr, k.step);
         cell(tr, g.issued, "issued");
         for (const slot of ["current", "next"]) {
           const b = (k.buffers || []).find(x => x.slot === slot) || {};
           cell(tr, b.position, slot + "-pos"); cell(tr, b.end, slot + "-end"); cell(tr, b.step, slot + "-step");
-          yesno(tr, b.ready);
+          cell(tr, b.ready ? "yes" : "no", b.ready ? "yes" : (slot === "next" ? "pending" : "no"));
         }
         cell(tr, k.fetches); cell(tr, k.fetch_ms_last === null || k.fetch_ms_last === undefined ? null : k.fetch_ms_last.toFixed(2));
         cell(tr, g.ready ? "ok" : g.problem, "l " + (g.ready ? "yes" : "no"));
@@ -99,8 +335,10 @@ function render(s) {
       }
     }
   }
-  if (!leases.children.length) { const tr = document.createElement("tr"); cell(tr, "(no snowflake generators)", "l muted"); leases.appendChild(tr); }
-  if (!segments.children.length) { const tr = document.createElement("tr"); cell(tr, "(no segment generators)", "l muted"); segments.appendChild(tr); }
+  if (!gcards.children.length) gcards.appendChild(el("p", "muted", "(no snowflake generators)"));
+  if (!scards.children.length) scards.appendChild(el("p", "muted", "(no segment generators)"));
+  if (!leases.children.length) { const tr = el("tr"); cell(tr, "(no snowflake generators)", "l muted"); leases.appendChild(tr); }
+  if (!segments.children.length) { const tr = el("tr"); cell(tr, "(no segment generators)", "l muted"); segments.appendChild(tr); }
 }
 async function refresh() {
   try {
@@ -111,8 +349,30 @@ async function refresh() {
     ready.textContent = "unreachable"; ready.className = "badge bad";
   }
 }
+async function refreshDb() {
+  // /db is server-rendered with every value escaped; its cells are copied here as text
+  const body = document.querySelector("#db tbody");
+  try {
+    const r = await fetch("/db", {cache: "no-store"});
+    const doc = new DOMParser().parseFromString(await r.text(), "text/html");
+    body.replaceChildren();
+    for (const tr of doc.querySelectorAll("table tr")) {
+      const tds = tr.querySelectorAll("td");
+      if (!tds.length) continue;
+      const out = el("tr", "db-row");
+      tds.forEach((td, i) => cell(out, td.textContent, (i === 0 || i >= 3) ? "l" : ""));
+      body.appendChild(out);
+    }
+    if (!body.children.length) { const tr = el("tr"); cell(tr, "(no segment table)", "l muted"); body.appendChild(tr); }
+  } catch (e) {
+    body.replaceChildren();
+    const tr = el("tr"); cell(tr, "(the segment table did not answer)", "l muted"); body.appendChild(tr);
+  }
+}
 refresh();
+refreshDb();
 setInterval(refresh, 2000);
+setInterval(refreshDb, 10000);
 </script>
 </body>
 </html>

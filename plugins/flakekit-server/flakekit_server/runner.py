@@ -1,7 +1,7 @@
 """Running the server: one process, or a supervisor and one worker process per core.
 
 Each worker process binds its own ``SO_REUSEPORT`` socket (the kernel spreads new
-connections over them), builds its own :class:`~flakekit.kit.Kit` *after* the fork and
+connections over them), builds its own :class:`~flakekit.assembly.kit.Kit` *after* the fork and
 so acquires its own worker lease; nothing lease-related is inherited. The supervisor
 only checks the config, forks, waits for every worker to report that it is serving,
 restarts a worker that dies (with back-off), and on SIGTERM/SIGINT asks every worker to
@@ -9,7 +9,9 @@ shut down gracefully: stop accepting, close connections, release leases, give ba
 segment tails.
 
 Workers publish their numbers to a private run directory once a second, so ``/metrics``,
-``/ready`` and the monitor page of any process cover all of them.
+``/ready`` and the monitor page of any process cover all of them; the supervisor publishes
+there which processes it expects, which are serving and how often each was restarted
+(``supervisor.json``), so a worker that keeps failing to start turns every ``/ready`` 503.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from flakekit.errors import ConfigError, FlakekitError
+from flakekit.plugin import ConfigError, FlakekitError
 from flakekit_server.app import IdService, ServerOptions
 
 __all__ = ["ServeError", "check_config", "run_worker", "serve"]
@@ -38,41 +40,49 @@ log = logging.getLogger("flakekit.server")
 
 #: workers accept from one inherited socket (True) or SO_REUSEPORT sockets (False)
 SHARE_SOCKET = os.environ.get("FLAKEKIT_SERVER_REUSEPORT", "") != "1"
-#: allocator types whose worker id is fixed: two processes would issue the same IDs
-FIXED_ALLOCATORS = {"static"}
 
 
 class ServeError(FlakekitError):
     """The server could not start (a worker failed, the port is taken...)."""
 
 
-def allocator_type(table: Any) -> str | None:
-    alloc = table.get("allocator")
-    if isinstance(alloc, str):
-        return alloc
-    if isinstance(alloc, dict):
-        kind = alloc.get("type")
-        return kind if isinstance(kind, str) else None
-    return None
-
-
 def check_config(config: Any, options: ServerOptions) -> None:
     """Refuse what cannot be served safely, before any process starts."""
+    from flakekit.plugin import build_kit, get_host
+
+    # built, not started: nothing is leased or fetched; this node's cluster identity is
+    # resolved with the flags (--node/--advertise > $FLAKEKIT_NODE/$FLAKEKIT_ADVERTISE > file)
+    kit = build_kit(config, get_host(), as_member=False)
+    try:
+        infos = {name: kit.describe(name) for name in kit}
+        if getattr(config, "cluster", None) is not None:
+            kit.cluster_settings(node=options.node, advertise=options.advertise)
+    finally:
+        kit.close()  # never started: releases nothing, closes the engines
+    if getattr(config, "cluster", None) is not None and options.workers != 1:
+        raise ConfigError(
+            "--workers", f"cluster mode serves with one process per node (got --workers "
+            f"{options.workers}): run more nodes, each with its own --node and --advertise, "
+            "or use --workers 1")
+    if options.node is not None or options.advertise is not None:
+        if getattr(config, "cluster", None) is None:
+            flag = "--node" if options.node is not None else "--advertise"
+            raise ConfigError(flag, "the config has no [cluster] section: --node and "
+                              "--advertise name this node in a cluster (docs/cluster.md)")
     if options.workers > 1:
-        for name, spec in config.generators.items():
-            kind = allocator_type(spec.table) if spec.strategy == "snowflake" else None
-            if kind in FIXED_ALLOCATORS:
+        for name, info in infos.items():
+            if info.fixed_worker:  # the allocator says so (FixedWorker), whatever its name
                 raise ConfigError(
                     f"generators.{name}.allocator",
-                    f"a {kind!r} allocator gives every process the same worker id, so "
-                    f"--workers {options.workers} would issue duplicate IDs; use --workers 1, "
-                    "or lease worker ids (allocator = {type = \"sql\", backend = ...})",
+                    f"a {info.allocator!r} allocator gives every process the same worker id, "
+                    f"so --workers {options.workers} would issue duplicate IDs; use --workers "
+                    "1, or lease worker ids (allocator = {type = \"sql\", backend = ...})",
                 )
     if options.snowflake_default is not None:
-        spec = config.generators.get(options.snowflake_default)
-        if spec is None or spec.strategy != "snowflake":
-            known = [n for n, s in config.generators.items() if s.strategy == "snowflake"]
-            from flakekit.errors import UnknownNameError
+        chosen = infos.get(options.snowflake_default)
+        if chosen is None or chosen.layout is None:
+            known = [n for n, i in infos.items() if i.layout is not None]
+            from flakekit.plugin import UnknownNameError
 
             raise UnknownNameError("--snowflake-default", "snowflake generator",
                                    options.snowflake_default, known)
@@ -107,11 +117,15 @@ def new_loop(kind: str) -> tuple[asyncio.AbstractEventLoop, str]:
 
 def _identity(port: int, process: int) -> Any:
     """This process's identity for allocators: $FLAKEKIT_HOST / $FLAKEKIT_PORT, else the
-    host name and the listening port; the worker process index is the instance, so
-    allocators know the processes sharing the port are siblings, each with its own id."""
+    host name and the requested port; the worker process index is the instance, so
+    allocators know the processes sharing the port are siblings, each with its own id.
+
+    ``--port 0`` stays port 0 here: a random port is no stable identity, and an allocator
+    that keys worker ids by ip:port (ZooKeeper leaf mode) must see it to refuse it instead
+    of burning a new worker id on every restart."""
     import attrs
 
-    from flakekit.kit import default_identity
+    from flakekit.plugin import default_identity
 
     me = default_identity()
     return attrs.evolve(me, port=me.port or port, instance=process)
@@ -122,19 +136,26 @@ def run_worker(
     run_dir: str | None = None, on_ready: Callable[[IdService], None] | None = None,
 ) -> int:
     """Build and start the kit, serve on ``sock`` until SIGTERM/SIGINT, then clean up."""
-    from flakekit.host import get_host
-    from flakekit.kit import build_kit
+    from flakekit.plugin import build_kit, get_host
     from flakekit_server.http import HttpProtocol, ServerState, sweeper
 
     # background threads (lease renewal, segment fetches) hand the GIL back within 1 ms
     sys.setswitchinterval(0.001)
     loop, loop_name = new_loop(options.loop)
     asyncio.set_event_loop(loop)
-    kit = build_kit(config, get_host(), identity=_identity(sock.getsockname()[1], process))
+    kit = build_kit(config, get_host(), identity=_identity(
+        options.port if options.requested_port is None else options.requested_port, process),
+        as_member=False)
+    service: IdService | None = None
     try:
         kit.start()
+        node = None
+        if getattr(config, "cluster", None) is not None:
+            # joins the membership; the strict generators are served through it from now on
+            node = kit.cluster_node(node=options.node, advertise=options.advertise)
+            node.start()
         service = IdService(kit, options, process=process, run_dir=run_dir,
-                            stack=f"httptools + {loop_name}")
+                            stack=f"httptools + {loop_name}", cluster=node)
         # everything built so far lives as long as the process: keep it out of the
         # collector's full passes, which otherwise show up as request tail latency
         gc.collect()
@@ -146,7 +167,7 @@ def run_worker(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         sweep = loop.create_task(sweeper(state))
-        publisher = loop.create_task(_publish(service)) if run_dir else None
+        publisher = loop.create_task(_publish(service))
         if on_ready is not None:
             on_ready(service)
         loop.run_until_complete(stop.wait())
@@ -161,19 +182,26 @@ def run_worker(
         server.close()
         state.close_idle()
         sweep.cancel()
+        loop.run_until_complete(state.finish(options.grace))
         loop.run_until_complete(asyncio.sleep(0.05))
         log.info("process %d: stopped serving; releasing leases", process)
     finally:
-        kit.close()
-        loop.close()
+        try:
+            if service is not None:
+                service.close()
+        finally:
+            kit.close()
+            loop.close()
     return 0
 
 
 async def _publish(service: IdService, interval: float = 1.0) -> None:
-    """Write the process's snapshot to the run directory every second. In the event loop
-    (a fraction of a millisecond), so no thread competes with requests for the GIL."""
+    """Sample the IDs counters and write the process's snapshot to the run directory (if
+    any) every second. In the event loop (a fraction of a millisecond), so no thread
+    competes with requests for the GIL."""
     while True:
         try:
+            service.sample_rates()
             service.write_snapshot()
         except Exception:  # noqa: BLE001
             log.exception("could not publish the process snapshot")
@@ -201,7 +229,8 @@ def serve(config: Any, options: ServerOptions) -> int:
 def _with_port(options: ServerOptions, port: int) -> ServerOptions:
     import attrs
 
-    return attrs.evolve(options, port=port)
+    requested = options.port if options.requested_port is None else options.requested_port
+    return attrs.evolve(options, port=port, requested_port=requested)
 
 
 class Supervisor:
@@ -222,6 +251,9 @@ class Supervisor:
         self.children: dict[int, int] = {}     # pid -> process index
         self.stopping = False
         self.restarts: dict[int, float] = {}
+        self.serving: set[int] = set()           # process indexes that reported ready
+        self.restart_count: dict[int, int] = {}
+        self.last_error: dict[int, str] = {}
         #: set by SIGTERM/SIGINT; every wait of the supervisor (start-up included) ends on it
         self.stop = threading.Event()
 
@@ -254,7 +286,7 @@ class Supervisor:
                 status = run_worker(self.config, self.options, sock, process=index,
                                     run_dir=self.run_dir, on_ready=ready)
             except BaseException as exc:  # noqa: BLE001 - report to the parent, then exit
-                from flakekit.cli import USAGE_ERRORS
+                from flakekit.plugin import USAGE_ERRORS
 
                 usage = isinstance(exc, USAGE_ERRORS)
                 message = str(exc) if isinstance(exc, FlakekitError) else f"{type(exc).__name__}: {exc}"
@@ -313,10 +345,12 @@ class Supervisor:
             pipes = [self._fork(i) for i in range(self.options.workers)]
             stack = ""
             failure: dict[str, Any] | None = None
-            for _pid, r in pipes:
+            for index, (_pid, r) in enumerate(pipes):
                 status = self._read_status(r, timeout=120)
                 if not status.get("ok"):
                     failure = failure or status
+                else:
+                    self.serving.add(index)
                 stack = status.get("stack", stack)
             if stop.is_set():  # SIGTERM/SIGINT during start-up: stop, it is no failure
                 self._stop_all()
@@ -326,9 +360,11 @@ class Supervisor:
                 if failure.get("usage"):
                     raise ConfigError("", failure["error"])
                 raise ServeError(f"a worker process failed to start: {failure['error']}")
+            self._publish()
             _announce(self.options, self.port, self.options.workers, stack)
             while not stop.is_set():
                 self._reap(restart=True)
+                self._publish()
                 stop.wait(0.2)
             self._stop_all()
             return 0
@@ -350,21 +386,51 @@ class Supervisor:
             if index is None:
                 continue
             code = os.waitstatus_to_exitcode(status)
+            self.serving.discard(index)
             try:
                 os.unlink(os.path.join(self.run_dir, f"process-{index}.json"))
             except OSError:
                 pass
             if not restart or self.stopping:
                 continue
+            self.last_error.setdefault(index, f"exited with status {code}")
             delay = self._backoff(index)
             log.error("process %d (pid %d) exited with status %s; restarting in %.1f s",
                       index, pid, code, delay)
+            self._publish()
             if self.stop.wait(delay):
                 return
+            self.restart_count[index] = self.restart_count.get(index, 0) + 1
             _pid, r = self._fork(index)
+            self._publish()
             status_ = self._read_status(r, timeout=120)
-            if not status_.get("ok"):
+            if status_.get("ok"):
+                self.serving.add(index)
+                self.last_error.pop(index, None)
+            else:
+                self.last_error[index] = str(status_.get("error"))
                 log.error("process %d did not restart: %s", index, status_.get("error"))
+            self._publish()
+
+    def _publish(self) -> None:
+        """Write what the workers' /ready, /metrics and monitor page report about the
+        processes: expected, serving, restarts and the last failure of each."""
+        pids = {index: pid for pid, index in self.children.items()}
+        data = {
+            "expected": self.options.workers, "time": time.time(),
+            "processes": [
+                {"process": i, "pid": pids.get(i), "serving": i in self.serving,
+                 "restarts": self.restart_count.get(i, 0), "last_error": self.last_error.get(i)}
+                for i in range(self.options.workers)
+            ],
+        }
+        tmp = os.path.join(self.run_dir, ".supervisor.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(data, fh)
+            os.replace(tmp, os.path.join(self.run_dir, "supervisor.json"))
+        except OSError as exc:
+            log.warning("could not publish the supervisor's status: %s", exc)
 
     def _backoff(self, index: int) -> float:
         now = time.monotonic()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,23 +18,18 @@ from typing import Any
 
 import pytest
 
-PG_ADMIN_URL = os.environ.get("FLAKEKIT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 FLAKEKIT = str(Path(sys.executable).with_name("flakekit"))
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+#: headless Chromium for the monitor-page tests (None: not installed; the plugin's
+#: scripts/install-browser.sh installs Debian's package)
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+NO_CHROMIUM = "chromium is not installed: run plugins/flakekit-server/scripts/install-browser.sh"
 
 
 def fresh_pg() -> Iterator[str]:
     """A new, empty PostgreSQL database (dropped afterwards)."""
-    from flakekit.testing import fresh_database
+    from flakekit.testing.databases import fresh_server_database
 
-    if not _listening(5432):
-        pytest.fail("PostgreSQL is not listening on 127.0.0.1:5432 (see docs/operations.md)")
-    with fresh_database(PG_ADMIN_URL) as url:
+    with fresh_server_database("postgresql") as url:
         yield url
 
 
@@ -167,3 +162,15 @@ def start_server(tmp_path) -> Iterator[Any]:
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "FLAKEKIT_CONFIG"}
     return subprocess.run([FLAKEKIT, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def chromium(tmp_path: Path, *args: str, budget_ms: int = 3000) -> subprocess.CompletedProcess[str]:
+    """Run headless Chromium once (its own profile under ``tmp_path``; the page's scripts
+    get ``budget_ms`` of virtual time), e.g. ``chromium(tmp, "--dump-dom", url)``."""
+    assert CHROMIUM is not None, NO_CHROMIUM
+    profile = tmp_path / "chromium-profile"
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+           f"--virtual-time-budget={budget_ms}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90)

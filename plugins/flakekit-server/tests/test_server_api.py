@@ -157,7 +157,7 @@ class TestJsonApi:
         ("/api/v1/decode/99999999999999999999", 400, "invalid_id"),
         ("/api/v1/decode/5?layout=nope", 404, "unknown_layout"),
         ("/api/v1/decode/5?generator=invoices", 404, "unknown_generator"),
-        ("/decodeSnowflakeId?snowflakeId=x", 400, "invalid_id"),
+        ("/decodeSnowflakeId", 400, "bad_request"),
     ])
     def test_decode_errors(self, api, path, status, code):
         got, _, body = api.get(path)
@@ -177,7 +177,7 @@ class TestErrors:
         is_json_error(body, 404, "not_found")
 
     def test_method_not_allowed(self, api):
-        status, headers, body = api.get("/api/snowflake/get/orders", method="POST")
+        status, headers, body = api.get("/api/v1/next/orders", method="POST")
         assert status == 405 and headers["allow"] == "GET"
         is_json_error(body, 405, "method_not_allowed")
 

@@ -9,29 +9,14 @@ from __future__ import annotations
 
 import html
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from server_testing import create_keys, write_config
+from server_testing import CHROMIUM, NO_CHROMIUM, chromium, create_keys, write_config
 
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="chromium is not installed: run plugins/flakekit-server/scripts/install-browser.sh",
-)
-
-
-def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    profile = tmp_path / "chromium-profile"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-           "--virtual-time-budget=3000", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 
 
 def cells(dom: str, table_id: str) -> list[list[str]]:

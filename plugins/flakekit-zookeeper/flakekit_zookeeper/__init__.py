@@ -10,6 +10,11 @@
   id, the session is the lease (no ID after ``session_timeout - safety_window`` without
   contact), a quarantine before a freed id is claimed again, an epoch per claim.
 
+Also a cluster membership store:
+``[cluster] membership = {type = "zookeeper", hosts = "zk1:2181"}`` (ephemeral member
+znodes, the session is the member's lease; the view is a versioned znode; see
+``docs/cluster.md``).
+
 See ``docs/choosing-allocators.md`` and this plugin's README.
 """
 
@@ -17,25 +22,38 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from attrs.validators import ge, in_, instance_of, le, optional
 
 from flakekit import hookimpl
-from flakekit.context import BuildContext
-from flakekit.errors import ConfigError
-from flakekit.registry import Register
-from flakekit.timeunits import parse_duration_ns
+from flakekit.plugin import (
+    ConfigError,
+    FieldError,
+    Register,
+    parse_duration_ns,
+)
 
-__all__ = ["ZooKeeperSettings", "build_zookeeper_allocator"]
+if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
+    from flakekit.plugin import BuildContext
+    from flakekit_zookeeper.membership import ZkMembership
+
+__all__ = [
+    "ZooKeeperMembershipSettings",
+    "ZooKeeperSettings",
+    "build_zookeeper_allocator",
+    "build_zookeeper_membership",
+]
 
 __version__ = "0.1.0"
 
 DEFAULT_HOSTS = "127.0.0.1:2181"
 DEFAULT_ROOTS = {"leaf": "/snowflake", "lease": "/flakekit"}
+PORT_0 = ("leaf mode keys the worker id by ip:port, and the port is 0 (none given, or "
+          "`flakekit serve --port 0`, which would take a new worker id on every start): "
+          "set FLAKEKIT_PORT=N or port = N")
 
 
 def _duration(value: Any) -> int:
@@ -54,6 +72,10 @@ def _duration0(value: Any) -> int:
 
 def _optional_duration0(value: Any) -> int | None:
     return None if value is None else _duration0(value)
+
+
+def _optional_duration(value: Any) -> int | None:
+    return None if value is None else _duration(value)
 
 
 def _root(value: Any) -> str | None:
@@ -82,9 +104,9 @@ class ZooKeeperSettings:
             may grant less, which is then used).
         connect_timeout: how long start-up waits for ZooKeeper (default ``"5s"``); in
             leaf mode the cache file is used after that.
-        safety_window: lease mode: stop issuing this long before the session could have
-            expired (default: a fifth of the session timeout, 2 s for 10 s; it must be
-            less than half of it).
+        safety_window: stop issuing this long before the session could have expired
+            (lease mode; leaf mode after a pause) (default: a fifth of the session
+            timeout, 2 s for 10 s; it must be less than half of it).
         quarantine: lease mode: how long a freed id stays unclaimable after its holder
             stopped (default ``"30s"``; 0 allowed).
         report_interval: leaf mode: how often the time is reported (default ``"3s"``).
@@ -101,11 +123,11 @@ class ZooKeeperSettings:
     mode: str = attrs.field(default="lease", validator=in_(("leaf", "lease")))
     name: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     root: str | None = attrs.field(default=None, converter=_root)
-    session_timeout: int = attrs.field(default="10s", converter=_duration)
-    connect_timeout: int = attrs.field(default="5s", converter=_duration)
+    session_timeout: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
+    connect_timeout: int = attrs.field(default="5s", converter=_duration)  # type: ignore[assignment]  # converted
     safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
-    quarantine: int = attrs.field(default="30s", converter=_duration0)
-    report_interval: int = attrs.field(default="3s", converter=_duration)
+    quarantine: int = attrs.field(default="30s", converter=_duration0)  # type: ignore[assignment]  # converted
+    report_interval: int = attrs.field(default="3s", converter=_duration)  # type: ignore[assignment]  # converted
     cache_dir: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     cache_file: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     ip: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
@@ -114,27 +136,32 @@ class ZooKeeperSettings:
 
     def __attrs_post_init__(self) -> None:
         if self.session_timeout < 1_000_000_000:
-            raise ValueError("'session_timeout' must be at least 1s (ZooKeeper's floor "
-                             "is 2 ticks; scripts/zookeeper.sh allows 1s)")
-        if self.safety_window is None:  # a fifth of the session (2 s for 10 s)
-            object.__setattr__(self, "safety_window", self.session_timeout // 5)
-        if self.safety_window * 2 >= self.session_timeout:
-            raise ValueError(
+            raise FieldError("session_timeout", "'session_timeout' must be at least 1s "
+                             "(ZooKeeper's floor is 2 ticks; scripts/zookeeper.sh allows 1s)")
+        window = self.safety_window
+        if window is None:  # a fifth of the session (2 s for 10 s)
+            window = self.session_timeout // 5
+            object.__setattr__(self, "safety_window", window)
+        if window * 2 >= self.session_timeout:
+            raise FieldError(
+                "safety_window",
                 "'safety_window' must be less than half the session timeout "
                 f"({self.session_timeout / 2e9:g} s); raise the session timeout or lower the window",
             )
         if self.name is not None and ("/" in self.name or not self.name):
-            raise ValueError(f"'name' must be a non-empty name without '/', got {self.name!r}")
+            raise FieldError("name", f"'name' must be a non-empty name without '/', got {self.name!r}")
         if self.ip is not None:
             try:
                 ipaddress.ip_address(self.ip)
             except ValueError:
-                raise ValueError(f"'ip' must be an IP address, got {self.ip!r}") from None
+                raise FieldError("ip", f"'ip' must be an IP address, got {self.ip!r}") from None
 
 
 def resolve_ip(host: str) -> str:
     """Leaf's identity ip: ``host`` if it is an address, else the first non-loopback
     IPv4 address of this host (the one outgoing traffic uses, else the resolver's)."""
+    import socket  # here, not at import: the host imports this module for `flakekit --help`
+
     try:
         ipaddress.ip_address(host)
         return host
@@ -176,6 +203,8 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None, ctx: BuildCont
 
         ip = s.ip or resolve_ip(ctx.host)
         port = s.port if s.port is not None else ctx.port
+        if s.port == 0:
+            raise ConfigError(f"{ctx.path}.port", PORT_0)
         instance = getattr(ctx, "instance", 0)
         suffix = f".{instance}" if instance else ""
         cache = Path(s.cache_file) if s.cache_file else (
@@ -186,11 +215,72 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None, ctx: BuildCont
         return LeafAllocator(settings=s, hosts=hosts, name=name, root=root, ip=ip, port=port,
                              instance=instance, cache_path=cache, clock=ctx.clock,
                              events=ctx.events, generator=ctx.generator, path=ctx.path)
-    from flakekit_zookeeper.lease import LeaseAllocator
+    from flakekit_zookeeper.lease import build_lease_allocator
 
-    return LeaseAllocator(settings=s, hosts=hosts, name=name, root=root, clock=ctx.clock,
-                          events=ctx.events, generator=ctx.generator, path=ctx.path,
-                          host=ctx.host, port=ctx.port)
+    return build_lease_allocator(s, hosts=hosts, name=name, root=root, clock=ctx.clock,
+                                 events=ctx.events, generator=ctx.generator, path=ctx.path,
+                                 host=ctx.host, port=ctx.port)
+
+
+@attrs.frozen(kw_only=True)
+class ZooKeeperMembershipSettings:
+    """``[cluster] membership = {type = "zookeeper", ...}``.
+
+    Attributes:
+        hosts: the ensemble (default: ``$ZK_HOSTS``, else ``"127.0.0.1:2181"``).
+        root: the znode under which ``clusters/{cluster}`` lives (default ``"/flakekit"``).
+        session_timeout: the ZooKeeper session, which is the member's lease (default: the
+            ``[cluster] lease``; the server may grant less, which is then used).
+        connect_timeout: the longest a connect or any call waits (default ``"5s"``).
+        safety_window: a member stops this long before its session could have expired
+            (default: a fifth of the session; less than half of it).
+    """
+
+    hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    root: str = attrs.field(default="/flakekit", converter=_root)  # type: ignore[assignment]  # converted
+    session_timeout: int | None = attrs.field(default=None, converter=_optional_duration)
+    connect_timeout: int = attrs.field(default="5s", converter=_duration)  # type: ignore[assignment]  # converted
+    safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
+
+    def __attrs_post_init__(self) -> None:
+        if self.hosts is not None and not self.hosts.strip():
+            raise FieldError("hosts", "'hosts' must name the ensemble, such as "
+                             "'zk1:2181,zk2:2181', got ''")
+        if self.root is None:
+            raise FieldError("root", "'root' must be a znode path such as '/flakekit'")
+        session = self.session_timeout
+        if session is not None and session < 1_000_000_000:
+            raise FieldError("session_timeout", "'session_timeout' must be at least 1s "
+                             "(ZooKeeper's floor is 2 ticks; scripts/zookeeper.sh allows 1s)")
+        if session is not None and self.safety_window is not None \
+                and self.safety_window * 2 >= session:
+            raise FieldError(
+                "safety_window",
+                "'safety_window' must be less than half the session timeout "
+                f"({session / 2e9:g} s); raise the session timeout or lower the window",
+            )
+
+
+def build_zookeeper_membership(settings: ZooKeeperMembershipSettings | None,
+                               ctx: BuildContext) -> ZkMembership:
+    """Factory registered as membership ``zookeeper`` (nothing connects until first use)."""
+    from flakekit_zookeeper.membership import ZkMembership
+
+    s = settings or ZooKeeperMembershipSettings()
+    hosts = s.hosts or os.environ.get("ZK_HOSTS") or DEFAULT_HOSTS
+    return ZkMembership(
+        hosts, ctx.clock, root=s.root,
+        session_timeout_s=None if s.session_timeout is None else s.session_timeout / 1e9,
+        connect_timeout_s=s.connect_timeout / 1e9, safety_window_ns=s.safety_window)
+
+
+@hookimpl
+def flakekit_register_memberships(register: Register) -> None:
+    register(
+        "zookeeper", build_zookeeper_membership, settings=ZooKeeperMembershipSettings,
+        description="cluster members as ephemeral znodes (the session is the lease) and "
+                    "the view as a versioned znode",
+    )
 
 
 @hookimpl

@@ -27,7 +27,8 @@ from typing import Any
 
 import attrs
 
-__all__ = ["FORMAT", "CacheEntry", "load_cache", "machine_identity", "save_cache"]
+__all__ = ["FORMAT", "CacheEntry", "any_cache_time_ms", "load_cache", "machine_identity",
+           "save_cache"]
 
 log = logging.getLogger("flakekit.zookeeper")
 
@@ -92,6 +93,18 @@ def load_cache(path: Path, identity: dict[str, Any]) -> tuple[CacheEntry | None,
         return None, (f"cache file {path} belongs to another identity ({theirs} here is "
                       f"{mine}): a copied or cloned file, ignored")
     return entry, ""
+
+
+def any_cache_time_ms(path: Path) -> int:
+    """The latest time a cache file at ``path`` records, whoever wrote it (0 if none).
+
+    A file of another identity (the host name changed: a re-created container) cannot
+    give a worker id, but its time can only make the clock check stricter."""
+    try:
+        raw = json.loads(path.read_text())
+        return max(int(raw.get("timestamp", 0)), int(raw.get("issued_until", 0)))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0
 
 
 def save_cache(path: Path, entry: CacheEntry) -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import ConnectionLoss, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from flakekit.errors import BackendError
+from flakekit.plugin import BackendError
 
 __all__ = ["ZkConnection", "ZK_ERRORS"]
 
@@ -26,16 +27,27 @@ class ZkConnection:
     ``negotiated_ms`` is the session timeout the server granted (it clamps the request
     to its ``[minSessionTimeout, maxSessionTimeout]``); deadlines must use the smaller of
     that and the request.
+
+    Once started, kazoo reconnects by itself (to the same session while it lives, else
+    to a new one): :meth:`start` then only waits for that, because calling kazoo's
+    ``start()`` on a reconnecting client blocks. Every call goes through :meth:`call`,
+    which never waits longer than ``op_timeout_s``: kazoo queues a request made while
+    disconnected until it reconnects, which may be never.
     """
 
     def __init__(self, hosts: str, session_timeout_s: float, connect_timeout_s: float,
-                 retry_max_delay_s: float = 2.0) -> None:
+                 retry_max_delay_s: float | None = None) -> None:
         self.hosts = hosts
         self.requested_ms = int(session_timeout_s * 1000)
         self.connect_timeout_s = connect_timeout_s
         self.negotiated_ms: int | None = None
         self._listeners: list[Callable[[str], None]] = []
-        self._lock = threading.Lock()
+        self._up = threading.Event()   # CONNECTED now
+        self._started = False          # kazoo's connection loop runs (it retries forever)
+        self._closed = False
+        if retry_max_delay_s is None:
+            # retry often enough that a blip shorter than the session keeps the session
+            retry_max_delay_s = min(2.0, max(0.1, session_timeout_s / 10))
         self.client = KazooClient(
             hosts=hosts, timeout=session_timeout_s,
             connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 2,
@@ -68,6 +80,10 @@ class ZkConnection:
         self._listeners.append(fn)
 
     def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self._up.set()
+        else:
+            self._up.clear()
         for fn in list(self._listeners):
             try:
                 fn(state)
@@ -76,12 +92,25 @@ class ZkConnection:
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> KazooClient:
-        """Connect within ``connect_timeout``; BackendError when ZooKeeper does not answer."""
+        """Connect within ``connect_timeout``; BackendError when ZooKeeper does not answer.
+
+        A client that was started and is reconnecting is only waited for (kazoo's own
+        ``start()`` would try to stop its running connection loop and hang)."""
         if self.client.connected:
             return self.client
+        if self._closed:
+            raise BackendError(f"the ZooKeeper client for {self.hosts} was closed")
+        if self._started:
+            if not self._up.wait(self.connect_timeout_s) or not self.client.connected:
+                raise BackendError(
+                    f"ZooKeeper at {self.hosts} is {self.client.state}: not reconnected "
+                    f"within {self.connect_timeout_s:g} s; kazoo keeps trying")
+            return self.client
+        self._started = True
         try:
             self.client.start(timeout=self.connect_timeout_s)
         except ZK_ERRORS as exc:
+            self._started = False   # kazoo stopped and closed it
             raise BackendError(
                 f"ZooKeeper at {self.hosts} did not answer within "
                 f"{self.connect_timeout_s:g} s ({exc or type(exc).__name__}); is it running? "
@@ -89,9 +118,21 @@ class ZkConnection:
             ) from None
         return self.client
 
-    def start_async(self) -> None:
-        """Keep trying to connect in kazoo's own thread."""
-        self.client.start_async()
+    def call(self, method: str, *args: Any, timeout: float | None = None, **kw: Any) -> Any:
+        """``client.<method>_async(...)``, waited for at most ``timeout`` (default:
+        ``connect_timeout``). A call made while disconnected fails at once with
+        ConnectionLoss instead of being queued until kazoo reconnects."""
+        if not self.connected:
+            raise ConnectionLoss(f"ZooKeeper connection is {self.client.state}")
+        result = getattr(self.client, f"{method}_async")(*args, **kw)
+        return result.get(timeout=self.connect_timeout_s if timeout is None else timeout)
+
+    def commit(self, tx: Any, timeout: float | None = None) -> list[Any]:
+        """A transaction's results (errors are returned, not raised), bounded like call."""
+        if not self.connected:
+            raise ConnectionLoss(f"ZooKeeper connection is {self.client.state}")
+        return tx.commit_async().get(
+            timeout=self.connect_timeout_s if timeout is None else timeout)
 
     @property
     def connected(self) -> bool:
@@ -109,6 +150,9 @@ class ZkConnection:
         return min(self.requested_ms, self.negotiated_ms)
 
     def close(self) -> None:
+        """Stop kazoo (safe from any thread, while another call is in flight)."""
+        self._closed = True
+        self._up.clear()
         try:
             self.client.stop()
             self.client.close()

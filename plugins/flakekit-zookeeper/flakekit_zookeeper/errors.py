@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flakekit.errors import ClockMovedBackwardsError
+from flakekit.plugin import ClockMovedBackwardsError
 
 __all__ = ["ClockBehindReportError"]
 

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 
 import pytest
-from zkhelpers import generator, parse_ids, read_until, spawn, tiny_layout, write_config
+from zkhelpers import (
+    ensemble_pid,
+    ensemble_roles,
+    generator,
+    parse_ids,
+    read_until,
+    spawn,
+    tiny_layout,
+    write_config,
+)
 
 from flakekit.errors import FlakekitError, LeaseLostError
 
@@ -62,40 +70,12 @@ def test_sigstop_past_session_timeout_no_duplicate(tmp_path, zk_hosts, ns):
           f"{len(a_ids)} + {len(b_ids)} IDs, no duplicate")
 
 
-def _mode(port: int) -> str:
-    out = subprocess.run(
-        ["bash", "-c", 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf srvr >&3 && cat <&3', "_",
-         str(port)], capture_output=True, text=True, timeout=5).stdout
-    for line in out.splitlines():
-        if line.startswith("Mode: "):
-            return line.split()[1]
-    return "down"
-
-
-def _pid_of(svc, port: int) -> int:
-    for n in (1, 2, 3):
-        d = svc / "zk-ensemble" / f"n{n}"
-        if f"clientPort={port}\n" in (d / "zoo.cfg").read_text():
-            return int((d / "zk.pid").read_text())
-    raise AssertionError(f"no ensemble node on port {port}")
-
-
 def test_leader_loss_no_id_without_session(zk_ensemble, ns):
     """SIGSTOP the ensemble's leader under a client pinned to a follower: IDs stop within
     the lease (session - safety after the last confirmed contact), resume only after a
     confirmed renewal, and never repeat."""
     hosts, svc = zk_ensemble
-    ports = [int(h.rsplit(":", 1)[1]) for h in hosts.split(",")]
-    deadline = time.monotonic() + 20
-    modes = {}
-    while time.monotonic() < deadline:
-        modes = {p: _mode(p) for p in ports}
-        if sorted(modes.values()) == ["follower", "follower", "leader"]:
-            break
-        time.sleep(0.2)
-    assert sorted(modes.values()) == ["follower", "follower", "leader"], modes
-    leader = next(p for p, m in modes.items() if m == "leader")
-    follower = next(p for p, m in modes.items() if m == "follower")
+    leader, follower = ensemble_roles(hosts)
     gen = generator(ns, hosts=f"127.0.0.1:{follower}", session_timeout="2s",
                     safety_window="0.5s", quarantine=0, connect_timeout="10s")
     gen.start()
@@ -143,7 +123,7 @@ def test_leader_loss_no_id_without_session(zk_ensemble, ns):
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     time.sleep(1.0)
-    pid = _pid_of(svc, leader)
+    pid = ensemble_pid(svc, leader)
     paused_at = time.monotonic_ns()
     os.kill(pid, signal.SIGSTOP)
     try:

@@ -9,13 +9,13 @@ import time
 import pytest
 from flakekit_zookeeper.errors import ClockBehindReportError
 from flakekit_zookeeper.leaf import parse_node_name
-from zkhelpers import Recorder, ZkProxy, allocator, generator, tiny_layout
+from zkhelpers import allocator, generator, tiny_layout
 
 import flakekit
 from flakekit.errors import BackendError, ConfigError, WorkerExhaustedError
-from flakekit.events import Events
-from flakekit.lease import LeaseRequest
-from flakekit.testing import ManualClock
+from flakekit.leases.lease import LeaseRequest
+from flakekit.testing import EventRecorder, ManualClock, TcpProxy
+from flakekit.values.events import Events
 
 DOWN = "127.0.0.1:1"  # nothing listens on port 1
 
@@ -36,7 +36,8 @@ class TestConfig:
         cfg.write_text(f"""
 [generators.{ns}]
 strategy = "snowflake"
-allocator = {{ type = "zookeeper", hosts = "{zk_hosts}", mode = "leaf", cache_dir = "{tmp_path}" }}
+allocator = {{ type = "zookeeper", hosts = "{zk_hosts}", mode = "leaf", port = 8080, \
+cache_dir = "{tmp_path}" }}
 """)
         with flakekit.load(cfg) as kit:
             gen = kit[ns]
@@ -51,7 +52,8 @@ allocator = {{ type = "zookeeper", hosts = "{zk_hosts}", mode = "leaf", cache_di
         ('{ type = "zookeeper", quarantine = "-1s" }', "quarantine"),
         ('{ type = "zookeeper", ip = "not-an-ip", mode = "leaf" }', "ip"),
         ('{ type = "zookeeper", hostz = "x" }', "hostz"),
-    ], ids=["mode", "safety", "session-floor", "quarantine", "ip", "unknown-key"])
+        ('{ type = "zookeeper", mode = "leaf", port = 0 }', "port"),
+    ], ids=["mode", "safety", "session-floor", "quarantine", "ip", "unknown-key", "leaf-port-0"])
     def test_bad_settings_name_the_field(self, tmp_path, table, field):
         """Each wrong setting fails at load time naming generators.g.allocator.<field>."""
         cfg = tmp_path / "f.toml"
@@ -82,7 +84,7 @@ class TestLeafZnodes:
         second start is refused with what to do; after a clean stop it gets the id."""
         first = leaf(ns, tmp_path)
         lease = first.acquire(req())
-        with pytest.raises(WorkerExhaustedError, match="another live process seems to use "
+        with pytest.raises(WorkerExhaustedError, match="another live process .*uses "
                            "identity 10.9.8.7:8080.*FLAKEKIT_PORT"):
             leaf(ns, tmp_path).acquire(req())
         first.release(lease, time.time_ns())
@@ -95,7 +97,8 @@ class TestLeafZnodes:
         """A new ip:port gets a sequential node with Leaf's JSON; a restart gets the same id."""
         a = leaf(ns, tmp_path)
         lease = a.acquire(req())
-        assert lease.worker_id == 0 and lease.deadline_ns is None
+        # the deadline: a process paused past its session issues nothing on resume
+        assert lease.worker_id == 0 and lease.deadline_ns is not None
         children = zk.get_children(f"/snowflake/{ns}/forever")
         assert children == ["10.9.8.7:8080-0000000000"]
         data = json.loads(zk.get(f"/snowflake/{ns}/forever/{children[0]}")[0])
@@ -140,17 +143,19 @@ class TestLeafZnodes:
             a.acquire(req(max_worker_id=1))
         a.close()
 
-    def test_reports_time_and_fires_renewed(self, zk, ns, tmp_path):
-        """report() writes now into the node and the cache and fires lease_renewed."""
-        clock, rec = ManualClock(), Recorder()
+    def test_reports_time_and_moves_the_deadline(self, zk, ns, tmp_path):
+        """report() writes now into the node and the cache; the keeper's renew() then
+        takes the deadline on from that report (session - safety after it)."""
+        clock, rec = ManualClock(), EventRecorder()
         a = leaf(ns, tmp_path, clock=clock, events=Events(rec))
         lease = a.acquire(req())
         clock.advance(5)
+        assert a.renew(lease, 0) is lease   # nothing reported since: nothing new
         assert a.report()
         ts = json.loads(zk.get(a.node)[0])["timestamp"]
         assert ts == clock.time_ns() // 1_000_000
         assert json.loads(a.cache_path.read_text())["timestamp"] == ts
-        assert "flakekit_lease_renewed" in rec.names()
+        assert a.renew(lease, 0).deadline_ns == clock.monotonic_ns() + a.lease_ns
         clock.step(-2)  # the clock goes back: Leaf skips the report, so do we
         assert not a.report()
         assert json.loads(zk.get(a.node)[0])["timestamp"] == ts
@@ -175,7 +180,7 @@ class TestLeafZnodes:
 class TestClockCheck:
     def test_clock_behind_znode_refuses(self, zk, ns, tmp_path):
         """The node's timestamp is later than the clock: start-up fails (Leaf would start)."""
-        clock, rec = ManualClock(), Recorder()
+        clock, rec = ManualClock(), EventRecorder()
         a = leaf(ns, tmp_path, clock=clock)
         a.release(a.acquire(req()), 0)
         a.close()
@@ -217,7 +222,7 @@ class TestClockCheck:
 class TestCache:
     def test_zookeeper_down_starts_from_cache(self, ns, tmp_path):
         """With ZooKeeper unreachable at start-up, the own cache file gives the worker id."""
-        rec = Recorder()
+        rec = EventRecorder()
         a = leaf(ns, tmp_path)
         lease = a.acquire(req())
         a.release(lease, time.time_ns())
@@ -303,7 +308,7 @@ class TestCache:
         a = leaf(ns, tmp_path)
         a.release(a.acquire(req()), time.time_ns())
         a.close()
-        rec = Recorder()
+        rec = EventRecorder()
         b = leaf(ns, tmp_path, hosts=DOWN, events=Events(rec))
         lease = b.acquire(req())
         pushed: list[tuple[str, str]] = []
@@ -325,8 +330,8 @@ class TestCache:
         disconnected until it reconnects, so a plain call hangs the reporter and shutdown)."""
         import threading
 
-        proxy = ZkProxy(zk_hosts)
-        a = leaf(ns, tmp_path, hosts=proxy.hosts, report_interval="0.2s")
+        proxy = TcpProxy.in_front_of(zk_hosts)
+        a = leaf(ns, tmp_path, hosts=proxy.address, report_interval="0.2s")
         lease = a.acquire(req())
         proxy.cut()
         deadline = time.monotonic() + 5
@@ -348,7 +353,7 @@ class TestCache:
         assert not closer.is_alive(), "release/close hung while ZooKeeper was unreachable"
         assert time.monotonic() - t0 < 3
         assert json.loads(a.cache_path.read_text())["clean"] is True
-        proxy.close()
+        proxy.stop()
 
     def test_whole_generator_with_tiny_layout(self, ns, tmp_path):
         """The leaf allocator drives a SnowflakeGenerator end to end."""

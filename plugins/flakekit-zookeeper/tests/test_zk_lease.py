@@ -7,7 +7,7 @@ import time
 
 import pytest
 from kazoo.client import KazooClient
-from zkhelpers import Recorder, allocator, generator, parse_ids, spawn, write_config
+from zkhelpers import allocator, generator, parse_ids, spawn, write_config
 
 from flakekit.errors import (
     ClockMovedBackwardsError,
@@ -15,8 +15,9 @@ from flakekit.errors import (
     LeaseLostError,
     WorkerExhaustedError,
 )
-from flakekit.events import Events
-from flakekit.lease import LeaseRequest
+from flakekit.leases.lease import LeaseRequest
+from flakekit.testing import EventRecorder
+from flakekit.values.events import Events
 
 FAST = {"session_timeout": "2s", "safety_window": "0.5s", "connect_timeout": "5s"}
 
@@ -88,7 +89,7 @@ class TestClaims:
 
     def test_exhausted_never_takes_a_live_id(self, ns):
         """When every id is held or quarantined: WorkerExhaustedError and an alert."""
-        rec = Recorder()
+        rec = EventRecorder()
         a, b = allocator(ns, **FAST), allocator(ns, quarantine="60s", **FAST)
         a.acquire(req(1))
         lease = b.acquire(req(1))
@@ -154,7 +155,7 @@ class TestClaims:
 class TestSessionExpiry:
     def test_expiry_stops_the_generator_and_restart_gets_a_new_id(self, zk_hosts, ns):
         """Server-side session expiry: the generator stops, then restarts with a new id."""
-        rec = Recorder()
+        rec = EventRecorder()
         gen = generator(ns, events=Events(rec), quarantine="5s", **FAST)
         gen.start()
         assert gen.worker_id == 0

@@ -12,14 +12,14 @@ from typing import Any
 
 from flakekit_zookeeper import ZooKeeperSettings, build_zookeeper_allocator
 
-from flakekit.clock import MonotonicClock
-from flakekit.context import BuildContext
-from flakekit.events import Events
-from flakekit.layout import BitLayout
-from flakekit.snowflake import SnowflakeGenerator
+from flakekit.assembly.context import BuildContext
+from flakekit.generators.snowflake import SnowflakeGenerator
+from flakekit.values.clock import MonotonicClock
+from flakekit.values.events import Events
+from flakekit.values.layout import BitLayout
 
-HERE = Path(__file__).resolve().parent
-WORKER = HERE / "zk_drill_worker.py"
+#: the drill process (flakekit.testing.drill_worker), run with ``-m``
+WORKER = "flakekit.testing.drill_worker"
 PYTHON = sys.executable
 
 TINY_LAYOUT = """
@@ -28,21 +28,6 @@ fields = [["time", 41], ["region", 9], ["worker", 1], ["sequence", 12]]
 unit = "1ms"
 epoch = "2024-01-01T00:00:00Z"
 """
-
-
-class Recorder:
-    """An Events hook relay that records every event call."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        if not name.startswith("flakekit_"):
-            raise AttributeError(name)
-        return lambda **kw: self.calls.append((name, kw))
-
-    def names(self) -> list[str]:
-        return [name for name, _ in self.calls]
 
 
 def allocator(name: str, *, clock: Any = None, events: Events | None = None,
@@ -85,7 +70,7 @@ def spawn(config: Path, name: str, *args: str, env: dict[str, str] | None = None
           ) -> subprocess.Popen[str]:
     full = {**os.environ, "FLAKEKIT_HOST": "10.9.8.7", "FLAKEKIT_PORT": "8080",
             "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.Popen([PYTHON, str(WORKER), str(config), name, *args],
+    return subprocess.Popen([PYTHON, "-m", WORKER, str(config), name, *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full)
 
@@ -121,59 +106,38 @@ def tiny_layout() -> BitLayout:
         "unit": "1ms", "epoch": "2024-01-01T00:00:00Z"})
 
 
-class ZkProxy:
-    """A TCP proxy in front of ZooKeeper; ``cut()`` makes it unreachable for this client
-    only (the shared server keeps running)."""
+def zk_mode(port: int) -> str:
+    """A ZooKeeper server's mode (srvr): leader, follower, standalone, or down."""
+    out = subprocess.run(
+        ["bash", "-c", 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf srvr >&3 && cat <&3', "_",
+         str(port)], capture_output=True, text=True, timeout=5).stdout
+    for line in out.splitlines():
+        if line.startswith("Mode: "):
+            return line.split()[1]
+    return "down"
 
-    def __init__(self, target: str) -> None:
-        import socket
-        import threading
 
-        self._socket, self._threading = socket, threading
-        self.target = target.split(",")[0]
-        self.lsock = socket.socket()
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen()
-        self.hosts = f"127.0.0.1:{self.lsock.getsockname()[1]}"
-        self.up = True
-        self.socks: list[Any] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+def ensemble_roles(hosts: str, wait: float = 20.0) -> tuple[int, int]:
+    """(leader port, a follower port) of the 3-node ensemble, once it has one leader and
+    two followers (it may still be electing right after start)."""
+    ports = [int(h.rsplit(":", 1)[1]) for h in hosts.split(",")]
+    deadline = time.monotonic() + wait
+    modes: dict[int, str] = {}
+    while time.monotonic() < deadline:
+        modes = {p: zk_mode(p) for p in ports}
+        if sorted(modes.values()) == ["follower", "follower", "leader"]:
+            break
+        time.sleep(0.2)
+    assert sorted(modes.values()) == ["follower", "follower", "leader"], modes
+    leader = next(p for p, m in modes.items() if m == "leader")
+    follower = next(p for p, m in modes.items() if m == "follower")
+    return leader, follower
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.lsock.accept()
-            except OSError:
-                return
-            if not self.up:
-                client.close()
-                continue
-            host, port = self.target.rsplit(":", 1)
-            server = self._socket.create_connection((host, int(port)))
-            self.socks += [client, server]
-            for a, b in ((client, server), (server, client)):
-                self._threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    def _pump(self, a: Any, b: Any) -> None:
-        try:
-            while data := a.recv(65536):
-                b.sendall(data)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(self._socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def cut(self) -> None:
-        self.up = False
-        for s in self.socks:
-            try:
-                s.shutdown(self._socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.cut()
-        self.lsock.close()
+def ensemble_pid(svc: Path, port: int) -> int:
+    """The pid of the ensemble node (scripts/zookeeper.sh) serving ``port``."""
+    for n in (1, 2, 3):
+        d = svc / "zk-ensemble" / f"n{n}"
+        if f"clientPort={port}\n" in (d / "zoo.cfg").read_text():
+            return int((d / "zk.pid").read_text())
+    raise AssertionError(f"no ensemble node on port {port}")

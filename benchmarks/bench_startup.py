@@ -1,0 +1,178 @@
+"""Start-up time of the commands that need no database, against ``python -c "import click"``.
+
+    .venv/bin/python benchmarks/bench_startup.py            # 30 runs per command
+    .venv/bin/python benchmarks/bench_startup.py --quick    # 10 runs
+    .venv/bin/python benchmarks/bench_startup.py --json     # machine-readable
+    .venv/bin/python benchmarks/bench_startup.py --cold     # no bytecode cache for flakekit
+
+The target (issue 15) is at most 3x the click baseline for ``flakekit --help``,
+``decode`` and ``layout list|show|compose|decompose``. Each command is a fresh process
+(the installed ``flakekit`` script next to this interpreter), timed by hyperfine when it is
+installed (``-N``: no shell; warm-up runs first), else by the best of N
+``subprocess.run`` calls. Ratios use the best (least disturbed) run of each command, the
+median is shown to judge the noise.
+
+Bytecode: pip compiles an installed package's ``.pyc`` files, an editable checkout gets
+them on first import -- unless ``PYTHONDONTWRITEBYTECODE`` is set (as in some sandboxes),
+when every start compiles flakekit from source. By default the runs use a bytecode cache
+in a temporary ``PYTHONPYCACHEPREFIX`` (warmed up first; nothing is written into the
+tree), which is what an installed flakekit sees; ``--cold`` measures the other case.
+Run with the plugins the deployment has installed: their start-up is part of every
+command (they may add commands and layouts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET = 3.0
+ID = "1234567890123456789"
+#: (label, flakekit arguments); the baseline is measured first
+COMMANDS = [
+    ("flakekit --help", ["--help"]),
+    ("flakekit decode ID", ["decode", ID]),
+    ("flakekit layout list", ["layout", "list"]),
+    ("flakekit layout show snowflake", ["layout", "show", "snowflake"]),
+    ("flakekit layout compose", ["layout", "compose", "snowflake", "time=5", "worker=3",
+                                 "sequence=1"]),
+    ("flakekit layout decompose", ["layout", "decompose", "snowflake", ID]),
+]
+BASELINE = 'python -c "import click"'
+
+
+def flakekit_command() -> list[str]:
+    """The ``flakekit`` console script of this interpreter's environment."""
+    script = Path(sys.executable).with_name("flakekit")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "flakekit.cli"]
+
+
+def environment(cold: bool, cache: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("FLAKEKIT_CONFIG", "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE",
+                        "FLAKEKIT_TRACE_PLUGINS")}
+    if cold:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env["PYTHONPYCACHEPREFIX"] = cache
+    return env
+
+
+def time_subprocess(argv: list[str], runs: int, warmup: int, env: dict[str, str],
+                    cwd: str) -> tuple[list[float], list[float]]:
+    """Wall and CPU (user + system) seconds per run of ``argv``: the best-of-N timer when
+    hyperfine is missing, and the CPU figure always (on a shared machine a process waits
+    for a core, which wall time counts and CPU time does not)."""
+    for _ in range(warmup):
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                       cwd=cwd, check=True)
+    wall, cpu = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                       cwd=cwd, check=True)
+        wall.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def time_hyperfine(argvs: list[list[str]], runs: int, warmup: int, env: dict[str, str],
+                   cwd: str) -> list[list[float]]:
+    """hyperfine's per-run times (seconds) of each command, all in one hyperfine run."""
+    import shlex
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        subprocess.run(
+            ["hyperfine", "-N", "--style", "none", "--warmup", str(warmup), "--runs", str(runs),
+             "--export-json", out.name, *(shlex.join(a) for a in argvs)],
+            env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL,
+        )
+        data = json.loads(Path(out.name).read_text())
+    return [r["times"] for r in data["results"]]
+
+
+def measure(runs: int, warmup: int, cold: bool, use_hyperfine: bool) -> dict:
+    flakekit = flakekit_command()
+    argvs = [[sys.executable, "-c", "import click"]] + [flakekit + a for _, a in COMMANDS]
+    cache = tempfile.mkdtemp(prefix="flakekit-pycache-")
+    try:
+        with tempfile.TemporaryDirectory(prefix="flakekit-startup-") as cwd:
+            env = environment(cold, cache)
+            for argv in argvs:  # each command works (and, warm, fills the bytecode cache)
+                subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                               cwd=cwd, check=True)
+            if use_hyperfine:
+                times = time_hyperfine(argvs, runs, warmup, env, cwd)
+                cpus = [time_subprocess(a, max(3, runs // 2), 0, env, cwd)[1] for a in argvs]
+            else:
+                measured = [time_subprocess(a, runs, warmup, env, cwd) for a in argvs]
+                times, cpus = [m[0] for m in measured], [m[1] for m in measured]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    labels = [BASELINE] + [label for label, _ in COMMANDS]
+    base, cpu_base = min(times[0]), min(cpus[0])
+    rows = []
+    for label, argv, ts, cs in zip(labels, argvs, times, cpus):
+        best, median = min(ts), statistics.median(ts)
+        rows.append({"command": label, "argv": argv[1:] if label == BASELINE else argv,
+                     "best_ms": best * 1e3, "median_ms": median * 1e3,
+                     "ratio": best / base, "ratio_median": median / statistics.median(times[0]),
+                     "cpu_ms": min(cs) * 1e3, "cpu_ratio": min(cs) / cpu_base,
+                     "within_target": label == BASELINE or best / base <= TARGET})
+    return {"python": sys.version.split()[0], "timer": "hyperfine" if use_hyperfine else
+            f"best of {runs} subprocess runs", "runs": runs, "bytecode": "cold" if cold else
+            "cached", "target": TARGET, "plugins": plugins(), "results": rows}
+
+
+def plugins() -> list[str]:
+    from flakekit.pluginhost.entrypoints import read_entry_points
+
+    return sorted(f"{ep.name} ({ep.dist} {ep.version})" for ep in read_entry_points("flakekit"))
+
+
+def table(data: dict) -> str:
+    lines = ["| command | best ms | median ms | best / click | median / click | CPU ms | "
+             "CPU / click | best ≤ 3× |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in data["results"]:
+        ok = "" if r["command"] == BASELINE else ("yes" if r["within_target"] else "**no**")
+        lines.append(f"| `{r['command']}` | {r['best_ms']:.1f} | {r['median_ms']:.1f} | "
+                     f"{r['ratio']:.2f}× | {r['ratio_median']:.2f}× | {r['cpu_ms']:.1f} | "
+                     f"{r['cpu_ratio']:.2f}× | {ok} |")
+    lines.append("")
+    lines.append("CPU = the best user + system time of the process (getrusage): it does not "
+                 "count waiting for a core, so on a loaded machine it is the steadier ratio.")
+    lines.append(f"Timer: {data['timer']}, {data['runs']} runs per command; bytecode "
+                 f"{data['bytecode']}; CPython {data['python']}; plugins installed: "
+                 f"{', '.join(data['plugins']) or 'none'}.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10 runs per command, not 30")
+    parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--cold", action="store_true",
+                        help="no bytecode cache for flakekit (PYTHONDONTWRITEBYTECODE=1)")
+    parser.add_argument("--no-hyperfine", action="store_true", help="use the subprocess timer")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    runs = args.runs or (10 if args.quick else 30)
+    use_hyperfine = shutil.which("hyperfine") is not None and not args.no_hyperfine
+    data = measure(runs, 2 if args.quick else 3, args.cold, use_hyperfine)
+    print(json.dumps(data, indent=2) if args.json else table(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

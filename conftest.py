@@ -1,0 +1,62 @@
+"""The fast lane: ``pytest -m "not services and not slow"`` runs the tests that need no
+database server, no ZooKeeper or etcd and no child process (README, "Tests").
+
+``services`` is set here, at collection, on a test that
+- asks for a fixture reaching a server (PostgreSQL, MariaDB, ZooKeeper, a proxy in front of
+  one, a ``flakekit serve`` process), directly or through another fixture;
+- carries the ``postgresql``/``mariadb``/``zookeeper`` marker (``db_url``'s parameters do, so
+  its SQLite run stays in the fast lane; so do tests that pick a server fixture at run time
+  with ``request.getfixturevalue``);
+- uses, in its body or in a helper it calls by name, ``subprocess`` or a helper that opens a
+  database (:data:`SERVICE_CALLS`): the CLI as a child process, a drill node.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: fixtures (direct or through other fixtures) that talk to a real server or start one
+SERVICE_FIXTURES = frozenset({
+    "pg_url", "mariadb_url", "tcp_proxy",                      # the flakekit pytest plugin
+    "zk_hosts", "zk_ensemble", "zk", "ns",                     # plugins/flakekit-zookeeper
+    "etcd_endpoints", "etcd_cluster",                          # plugins/flakekit-etcd
+    "start_server",                                            # plugins/flakekit-server
+})
+SERVICE_MARKERS = ("postgresql", "mariadb", "zookeeper")
+#: names that, used by a test or a helper it calls, mean a server or a child process
+SERVICE_CALLS = frozenset({
+    "subprocess", "multiprocessing", "fresh_database", "fresh_server_database", "fresh_pg",
+})
+
+
+def _reaches(func: object, depth: int = 3) -> bool:
+    """Whether ``func`` (a test, or a helper it calls by name) uses :data:`SERVICE_CALLS`;
+    a class counts through its methods (``Server(...)`` starts ``flakekit serve``)."""
+    if isinstance(func, type):
+        return depth > 0 and any(_reaches(f, depth - 1) for f in vars(func).values()
+                                 if callable(f))
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return False
+    names = set(code.co_names)
+    if names & SERVICE_CALLS:
+        return True
+    if depth == 0:
+        return False
+    scope = getattr(func, "__globals__", {})
+    return any(_reaches(scope[n], depth - 1) for n in names
+               if callable(scope.get(n)) and _ours(scope[n]))
+
+
+def _ours(obj: object) -> bool:
+    """Helpers of the tests, not library code (flakekit itself never starts a process)."""
+    module = getattr(obj, "__module__", None) or ""
+    return not module.startswith(("flakekit.", "builtins", "pytest", "_pytest", "sqlalchemy"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if (SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+                or any(item.get_closest_marker(m) for m in SERVICE_MARKERS)
+                or _reaches(getattr(item, "function", None))):
+            item.add_marker(pytest.mark.services)

@@ -1,0 +1,204 @@
+"""The contracts of cluster mode's two stores: membership (who is in the cluster, the
+versioned view) and the key fence (who owns a strict key, checked where IDs are made).
+
+Membership can live in SQL, ZooKeeper or etcd (plugins register more with
+``flakekit_register_memberships``); the fence always lives beside the segments it guards
+(the SQL store's ``flakekit_key_owner`` table), so every segment fetch checks owner and
+epoch in the same transaction that advances ``max_id``.
+
+A :class:`Membership` is a :class:`~flakekit.leases.lease.LeaseSource` of
+:class:`MemberLease`: the generic :class:`~flakekit.leases.keeper.LeaseKeeper` keeps a
+node's membership exactly as it keeps a worker id (deadline from the send time of the
+last good renewal; nothing served past it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from flakekit.values.cluster import Member, MemberInfo, View
+
+__all__ = [
+    "MAX_WEIGHT",
+    "JoinRequest",
+    "KeyClaim",
+    "KeyFence",
+    "KeyOwnerRecord",
+    "MemberLease",
+    "Membership",
+    "check_key_segment",
+    "proposed_members",
+]
+
+#: the largest weight a member may have (its rendezvous replicas; see cluster-routing.md)
+MAX_WEIGHT = 64
+
+
+@attrs.frozen
+class JoinRequest:
+    """What a node asks the membership for: to be ``member`` of ``cluster``, with a lease
+    of ``lease_s`` seconds (the store may grant a different TTL; the lease says which)."""
+
+    cluster: str
+    member: Member
+    lease_s: float = 10.0
+
+    @property
+    def owner(self) -> str:  # the keeper's name for messages
+        return f"cluster {self.cluster} node {self.member.node}"
+
+
+@attrs.frozen
+class MemberLease:
+    """This process's membership.
+
+    Attributes:
+        member: the node as it joined.
+        cluster: the cluster it joined (``JoinRequest.cluster``).
+        holder: the process incarnation that holds the record (a random token): a second
+            process started with the same node id cannot renew it.
+        epoch: fencing token of this incarnation (grows every time the record changes
+            hands: SQL row counter, znode czxid, etcd create revision).
+        view_epoch: the view epoch read by the acquire or renewal that made this lease (a
+            renewal re-reads it, so a member whose watch died still learns of a change
+            within a third of the lease).
+        ttl: the lease the store granted, seconds.
+        deadline_ns: monotonic ns after which this node serves no strict key.
+    """
+
+    member: Member
+    holder: str
+    epoch: int
+    view_epoch: int
+    ttl: float
+    deadline_ns: int | None
+    stamp_until_ns: int | None = None
+    not_before_ns: int = 0
+    #: the cluster joined: renew and release get only the lease, so it must say which
+    #: record it is (a store serving several clusters cannot tell otherwise)
+    cluster: str = ""
+
+    @property
+    def subject(self) -> str:
+        return f"member {self.member.node}"
+
+
+def check_key_segment(field: str, value: object) -> str:
+    """``value`` if it can be one segment of a ZooKeeper path or an etcd key (a node or a
+    cluster name there); ValueError naming ``field`` otherwise."""
+    if not isinstance(value, str) or not value or "/" in value or value in (".", ".."):
+        raise ValueError(f"{field} must be a non-empty string without '/', got {value!r}")
+    return value
+
+
+def proposed_members(members: Sequence[Member],
+                     check_node: Callable[[str, object], object]) -> list[Member]:
+    """The members of a proposed view as every membership stores them: sorted by node,
+    each node once, weights from 1 to ``MAX_WEIGHT``; ``check_node("node", node)`` vets
+    a node id the way this store can hold it. ValueError names the first bad entry."""
+    ordered = sorted(members, key=lambda m: m.node)
+    nodes = [m.node for m in ordered]
+    if len(set(nodes)) != len(nodes):
+        raise ValueError(f"a view lists each node once, got {nodes}")
+    for m in ordered:
+        check_node("node", m.node)
+        if isinstance(m.weight, bool) or not isinstance(m.weight, int) \
+                or not 1 <= m.weight <= MAX_WEIGHT:
+            raise ValueError(f"member {m.node!r}: weight must be an integer from 1 to "
+                             f"{MAX_WEIGHT}, got {m.weight!r}")
+    return ordered
+
+
+@runtime_checkable
+class Membership(Protocol):
+    """A node lease per member and one versioned view per cluster.
+
+    Lease-source half (used by the keeper): ``renew_interval`` (≤ lease/3), ``acquire``
+    (join; raises :class:`~flakekit.errors.BackendError` naming the live holder when
+    another live process holds this node id, one line), ``renew(lease, mark)`` (raises
+    :class:`~flakekit.errors.LeaseLostError` when the record is gone or has another
+    holder; re-reads the view epoch into the new lease), ``release(lease, mark)`` (leave;
+    fenced by holder and epoch), ``close()``.
+
+    View half: ``members()`` lists every record with its state on the store's clock;
+    ``view()`` reads the current view; ``propose(seen_epoch, members)`` writes
+    ``seen_epoch + 1`` with ``members`` only if the stored epoch is still ``seen_epoch``
+    (compare-and-set) and returns the new view, else None (someone else moved it first);
+    ``set_draining(node, draining)`` marks a member as asked to own no key (planned
+    hand-off; the next proposal leaves it out of the view); ``watch_view(callback)`` calls
+    ``callback()`` on a hint that the view may have changed (optional to honour: safety
+    comes from the renewal re-reading the epoch); ``where`` names the store for messages.
+
+    Optional attribute ``lapse_means_stopped`` (default False): True when a record the
+    store shows ``"lapsed"`` or ``"left"`` proves its holder's own deadline has passed
+    (SQL: ``last_seen`` is stamped after the renewal was sent; ZooKeeper: the server
+    expires a session only after its timeout since the last packet). A new owner may then
+    take a crashed owner's key at once instead of waiting ``lease + margin``. etcd leaves
+    it False: its leases can vanish early under a stuck leader.
+    """
+
+    @property
+    def renew_interval(self) -> float | None: ...
+    @property
+    def where(self) -> str: ...
+
+    def acquire(self, request: JoinRequest) -> MemberLease: ...
+    def renew(self, lease: MemberLease, mark: int) -> MemberLease: ...
+    def release(self, lease: MemberLease, mark: int) -> None: ...
+    def members(self, cluster: str) -> list[MemberInfo]: ...
+    def view(self, cluster: str) -> View: ...
+    def propose(self, cluster: str, seen_epoch: int, members: Sequence[Member]) -> View | None: ...
+    def set_draining(self, cluster: str, node: str, draining: bool) -> bool: ...
+    def watch_view(self, cluster: str, callback: Callable[[], None] | None) -> None: ...
+    def close(self) -> None: ...
+
+
+@attrs.frozen
+class KeyClaim:
+    """A node's claim on a strict key: the fence every fetch and give-back carries."""
+
+    key: str
+    node: str
+    epoch: int   # the view epoch the claim was made under
+
+
+@attrs.frozen
+class KeyOwnerRecord:
+    """One row of the key-owner table (for status and drills)."""
+
+    key: str
+    node: str
+    epoch: int
+    released: bool
+    claimed_at_ms: int = 0
+
+
+@runtime_checkable
+class KeyFence(Protocol):
+    """Key ownership, fenced where the IDs are made (the SQL segment store implements it:
+    its ``fetch``/``give_back`` take an optional ``claim``).
+
+    ``claim_key(claim, waited)``: take the key for ``claim.node`` at ``claim.epoch``;
+    succeeds only if the stored epoch is lower and the row is released, or already this
+    node's, or ``waited`` is True (the caller waited out the old owner's lease plus a
+    margin since it saw this epoch); a missing row is created. Returns False when a claim
+    at an equal or newer epoch of another node holds it, or the row is not released and
+    ``waited`` is False. ``release_key(claim)``: fenced write (node and epoch in the
+    WHERE); False if not ours any more. ``fetch(key, step, claim=...)``: the segment
+    fetch, checking the claim in the same transaction that advances ``max_id``; raises
+    :class:`~flakekit.errors.FenceError` when the claim is no longer the row's.
+    ``give_back(key, expected_max_id, new_max_id, claim=...)`` is fenced the same way
+    (returns False instead of raising). ``key_owners()`` lists the table;
+    ``key_owner(key)`` reads one row (None: never claimed).
+    """
+
+    def claim_key(self, claim: KeyClaim, waited: bool) -> bool: ...
+    def release_key(self, claim: KeyClaim) -> bool: ...
+    def fetch(self, key: str, step: int | None = None, claim: KeyClaim | None = None) -> object: ...
+    def give_back(self, key: str, expected_max_id: int, new_max_id: int,
+                  claim: KeyClaim | None = None) -> bool: ...
+    def key_owners(self) -> list[KeyOwnerRecord]: ...
+    def key_owner(self, key: str) -> KeyOwnerRecord | None: ...

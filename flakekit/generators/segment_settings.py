@@ -1,0 +1,111 @@
+"""SegmentSettings: what a ``strategy = "segment"`` table configures, apart from the
+generator that reads it.
+
+Its own module because the plugin host imports the built-in strategies (which subclass
+it) for every command, ``flakekit --help`` included: the settings cost an attrs class,
+the generator (:mod:`flakekit.generators.segment`) is imported only when one is built.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from flakekit.errors import FieldError
+from flakekit.values.timeunits import parse_duration_ns
+
+__all__ = ["SegmentSettings"]
+
+
+def _duration(value: object) -> int:
+    return parse_duration_ns(value, default_unit="s")
+
+
+def _fraction(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"must be at least 0 and below 1 (0.1 = prefetch once 10% is used), got {value!r}")
+
+
+def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {value!r}")
+
+
+@attrs.frozen
+class SegmentSettings:
+    """``[generators.NAME]`` with ``strategy = "segment"`` (besides ``store``).
+
+    Attributes:
+        key: the ``biz_tag`` in the store (default: the generator's name).
+        prefetch_at: share of the current segment used before the next one is fetched
+            (default 0.1, as Leaf; 0 fetches at once; must be below 1).
+        dynamic_step: adapt the step to traffic, as Leaf (default true).
+        max_step: the step never grows above this (default 1,000,000, Leaf's
+            ``MAX_STEP``), and never shrinks below the table's ``step``.
+        grow_below: double the step when a segment lasted less than this (default 15min).
+        shrink_after: halve it when a segment lasted this long or more (default 30min;
+            must not be below ``grow_below``).
+        wait_budget: how long ``next_id()`` waits for a refill when both buffers are empty
+            before raising ``SegmentUnavailableError`` (default 1s; 0 = Leaf's fail-fast).
+        give_back: on a clean ``close()``, return the unused tail with a compare-and-set
+            on ``max_id`` (default true).
+        preload: fetch the first segment in ``start()`` (default true); false fetches it
+            in the background, and the first ``next_id()`` waits for it.
+        retry_min / retry_max: back-off between failed background fetches (default 50ms,
+            doubling up to 2s).
+        hunger: ride out bursts (CosId's "hunger"): when a segment ran out in less than
+            two fetch latencies, the next fetch asks for more steps in its one round trip
+            (at least twice as many); when one lasted over eight, half as many (default
+            true).
+        hunger_max: a fetch under hunger asks for at most ``hunger_max x max_step`` IDs
+            (default 16: 16,000,000), which is also what a crash may waste per key.
+        segment_ttl: a segment is never served longer than this after it was fetched;
+            an idle range past it is dropped and its IDs wasted (safe: never reissued).
+            Default ``0`` (off).
+        fetch_threads: the threads one :class:`~flakekit.generators.segment_service.SegmentService`
+            (every key of a table, ``store.keys = "all"``) shares for its keys' background
+            fetches (default 8, 1 to 1024; Leaf's shared update pool). A generator of its
+            own uses the process-wide pool.
+    """
+
+    key: str | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(str)),
+    )
+    prefetch_at: float = attrs.field(default=0.1, converter=float, validator=_fraction)
+    dynamic_step: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    max_step: int = attrs.field(
+        default=1_000_000, validator=[attrs.validators.instance_of(int), _positive]
+    )
+    grow_below: int = attrs.field(default="15min", converter=_duration)  # type: ignore[assignment]  # converted
+    shrink_after: int = attrs.field(default="30min", converter=_duration)  # type: ignore[assignment]  # converted
+    wait_budget: int = attrs.field(default="1s", converter=_duration)  # type: ignore[assignment]  # converted
+    give_back: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    preload: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    retry_min: int = attrs.field(default="50ms", converter=_duration)  # type: ignore[assignment]  # converted
+    retry_max: int = attrs.field(default="2s", converter=_duration)  # type: ignore[assignment]  # converted
+    hunger: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    hunger_max: int = attrs.field(
+        default=16, validator=[attrs.validators.instance_of(int), _positive]
+    )
+    segment_ttl: int = attrs.field(default=0, converter=_duration)
+    fetch_threads: int = attrs.field(
+        default=8, validator=[attrs.validators.instance_of(int), _positive, attrs.validators.le(1024)]
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.key is not None and not 0 < len(self.key) <= 128:
+            raise FieldError("key", f"key must be 1 to 128 characters, got {self.key!r}")
+        if self.shrink_after < self.grow_below:
+            raise FieldError(
+                "shrink_after",
+                "shrink_after must not be below grow_below "
+                f"({self.shrink_after / 1e9:g}s < {self.grow_below / 1e9:g}s)"
+            )
+        if self.retry_min < 1_000_000 or self.retry_max < self.retry_min:
+            raise FieldError(
+                "retry_min", "retry_min must be at least 1ms and retry_max not below retry_min")
+        if self.segment_ttl and self.segment_ttl < 1_000_000:
+            raise FieldError("segment_ttl", "segment_ttl must be at least 1ms, or 0 for off "
+                             f"(got {self.segment_ttl}ns)")
+        if self.segment_ttl < 0:
+            raise FieldError("segment_ttl", "segment_ttl must not be negative (0 = off)")

@@ -1,0 +1,158 @@
+"""The flakekit hook specifications.
+
+Registration hooks are called once, when a :class:`~flakekit.pluginhost.host.PluginHost` loads;
+event hooks on rare events. No hook is ever called per ID. Arguments may be added in
+later versions, never renamed or removed; an implementation may accept fewer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import click
+
+    from flakekit.leases.lease import WorkerLease
+    from flakekit.pluginhost.registry import Register
+
+__all__ = ["hookspec"]
+
+from flakekit.pluginhost.markers import hookspec  # noqa: E402
+
+
+@hookspec
+def flakekit_register_layouts(register: Register) -> None:
+    """Contribute bit layouts.
+
+    Called once when plugins load. ``register(name, factory, description="")`` where
+    ``factory()`` returns a :class:`~flakekit.values.layout.BitLayout` (a layout object itself is
+    accepted too).
+
+    :param register: the registration callable.
+    """
+
+
+@hookspec
+def flakekit_register_clocks(register: Register) -> None:
+    """Contribute clocks.
+
+    Called once when plugins load. ``register(name, factory, settings=cls,
+    description="")`` where ``factory(settings)`` returns a :class:`~flakekit.values.clock.Clock`
+    and ``settings`` is an attrs class filled from ``clock = {type = NAME, ...}``.
+
+    :param register: the registration callable.
+    """
+
+
+@hookspec
+def flakekit_register_allocators(register: Register) -> None:
+    """Contribute worker-id allocators.
+
+    Called once when plugins load. ``register(name, factory, settings=cls,
+    description="")`` where ``factory(settings, context)`` returns a
+    :class:`~flakekit.leases.lease.WorkerAllocator`; ``context`` is a
+    :class:`~flakekit.assembly.context.BuildContext`.
+
+    :param register: the registration callable.
+    """
+
+
+@hookspec
+def flakekit_register_segment_stores(register: Register) -> None:
+    """Contribute segment stores (Leaf-style ranges per key).
+
+    Called once when plugins load. ``register(name, factory, settings=cls,
+    description="")`` where ``factory(settings, context)`` returns a segment store.
+
+    :param register: the registration callable.
+    """
+
+
+@hookspec
+def flakekit_register_strategies(register: Register) -> None:
+    """Contribute generator strategies (``strategy = NAME`` in ``[generators.NAME]``).
+
+    Called once when plugins load. ``register(name, factory, settings=cls,
+    description="")`` where ``factory(settings, context)`` returns a
+    :class:`~flakekit.pluginhost.contracts.Generator`; ``settings`` is an attrs class
+    filled from the generator table's keys other than ``strategy`` and ``format``, and
+    ``context`` is a :class:`~flakekit.assembly.context.BuildContext`.
+
+    :param register: the registration callable.
+    """
+
+
+@hookspec
+def flakekit_register_memberships(register: Register) -> None:
+    """Contribute cluster membership stores (``[cluster] membership = {type = NAME, ...}``).
+
+    Called once when plugins load. ``register(name, factory, settings=cls,
+    description="")`` where ``factory(settings, context)`` returns a
+    :class:`~flakekit.cluster.membership.Membership` (checked when the config is built);
+    ``context`` is a :class:`~flakekit.assembly.context.BuildContext` whose ``path`` is
+    ``cluster.membership``.
+
+    :param register: the registration callable.
+    """
+
+
+@hookspec
+def flakekit_register_commands(cli: click.Group) -> None:
+    """Add commands to the ``flakekit`` command line.
+
+    Called once when the CLI starts. Add commands with ``cli.add_command(...)`` or the
+    ``@cli.command()`` decorator.
+
+    :param cli: the top-level click group.
+    """
+
+
+@hookspec
+def flakekit_lease_acquired(generator: str, lease: WorkerLease) -> None:
+    """A generator acquired a worker lease and may now issue IDs.
+
+    :param generator: the generator's name.
+    :param lease: the new lease.
+    """
+
+
+@hookspec
+def flakekit_lease_renewed(generator: str, lease: WorkerLease) -> None:
+    """A worker lease was renewed; called from the renewal thread.
+
+    :param generator: the generator's name.
+    :param lease: the renewed lease (new deadline).
+    """
+
+
+@hookspec
+def flakekit_lease_lost(generator: str, lease: WorkerLease, reason: str) -> None:
+    """A worker lease is gone for good; the generator has already stopped issuing IDs.
+
+    :param generator: the generator's name.
+    :param lease: the lease that was lost.
+    :param reason: why, in one line.
+    """
+
+
+@hookspec
+def flakekit_clock_moved_backwards(generator: str, clock: str, behind_ns: int, waited: bool) -> None:
+    """A generator's wall clock stepped back.
+
+    :param generator: the generator's name.
+    :param clock: the clock's name.
+    :param behind_ns: how far back, in nanoseconds.
+    :param waited: True if the generator waited it out, False if it raised
+        :class:`~flakekit.errors.ClockMovedBackwardsError`.
+    """
+
+
+@hookspec
+def flakekit_alert(kind: str, message: str, details: dict[str, Any]) -> None:
+    """Something an operator must look at (a reclaim from the last tier, a worker range
+    over 80% allocated, ...).
+
+    :param kind: a short machine-readable name, e.g. ``"worker-reclaim"``.
+    :param message: one line for people.
+    :param details: the facts behind it.
+    """

@@ -1,0 +1,303 @@
+"""PluginHost: loads plugins and collects what they register.
+
+Loading order (as tox and llm do it): blocked names from ``FLAKEKIT_DISABLE_PLUGINS``,
+entry points of group ``flakekit`` (optionally only those in ``FLAKEKIT_LOAD_PLUGINS``),
+then the built-ins in :mod:`flakekit.builtin`, then ``check_pending()`` so a misspelt hook
+name fails loudly. ``FLAKEKIT_TRACE_PLUGINS=1`` prints every hook call to stderr.
+
+An entry-point plugin that fails to import or to register does not take the host down:
+it is recorded as :class:`BrokenPlugin` (entry point, distribution, the error and the
+``FLAKEKIT_DISABLE_PLUGINS=...`` line that skips it), ``flakekit --help`` and
+``flakekit plugins`` still work and show it, and building a config refuses with that
+line (:meth:`PluginHost.check_broken`): a generator must never be built from half a
+plugin set.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import pluggy
+
+from flakekit.errors import PluginLoadError
+from flakekit.pluginhost import hookspecs
+from flakekit.pluginhost.entrypoints import flakekit_entry_points
+from flakekit.pluginhost.registry import Registry
+from flakekit.values.events import Events
+from flakekit.values.layout import BitLayout
+
+__all__ = [
+    "BUILTIN_PLUGINS", "ENTRY_POINT_GROUP", "BrokenPlugin", "PluginHost", "PluginInfo",
+    "get_host",
+]
+
+ENTRY_POINT_GROUP = "flakekit"
+BUILTIN_PLUGINS = (
+    "flakekit.builtin.layouts",
+    "flakekit.builtin.clocks",
+    "flakekit.builtin.static",
+    "flakekit.builtin.sql",
+    "flakekit.builtin.segments",
+    "flakekit.builtin.strategies",
+    "flakekit.builtin.cluster",
+)
+#: registration hook → registry kind
+KINDS = {
+    "flakekit_register_layouts": "layout",
+    "flakekit_register_clocks": "clock",
+    "flakekit_register_allocators": "allocator",
+    "flakekit_register_segment_stores": "segment store",
+    "flakekit_register_strategies": "strategy",
+    "flakekit_register_memberships": "membership",
+}
+
+
+@attrs.frozen
+class PluginInfo:
+    """One loaded plugin, for ``flakekit plugins``."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+    hooks: tuple[str, ...]
+    registers: tuple[str, ...]
+    broken: str | None = None
+
+
+@attrs.frozen
+class BrokenPlugin:
+    """An entry-point plugin that failed to import or to register."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    error: str
+
+    @property
+    def skip(self) -> str:
+        return f"FLAKEKIT_DISABLE_PLUGINS={self.name}"
+
+    def describe(self) -> str:
+        dist = f"distribution {self.distribution} {self.version or ''}".strip()
+        return (f"plugin {self.name!r} (entry point {ENTRY_POINT_GROUP}:{self.name}, "
+                f"{dist if self.distribution else 'no distribution'}) is broken: "
+                f"{self.error}; fix it, or skip it with {self.skip}")
+
+
+def _env_list(name: str) -> list[str] | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+@attrs.define
+class PluginHost:
+    """Wraps a pluggy ``PluginManager`` with flakekit's registries."""
+
+    pm: pluggy.PluginManager = attrs.Factory(lambda: pluggy.PluginManager("flakekit"))
+    registries: dict[str, Registry] = attrs.Factory(
+        lambda: {kind: Registry(kind) for kind in KINDS.values()}
+    )
+    loaded: bool = False
+    broken: list[BrokenPlugin] = attrs.Factory(list)
+    _origins: dict[str, tuple[str | None, str | None, str]] = attrs.Factory(dict)
+
+    def __attrs_post_init__(self) -> None:
+        self.pm.add_hookspecs(hookspecs)
+
+    # -- loading --------------------------------------------------------------------------
+    def load(self, *, entrypoints: bool = True, extra: Iterable[Any] = ()) -> PluginHost:
+        """Load plugins once: entry points, ``extra`` objects (tests), then built-ins."""
+        if self.loaded:
+            return self
+        for name in _env_list("FLAKEKIT_DISABLE_PLUGINS") or []:
+            self.pm.set_blocked(name)
+        loaded = self._load_entrypoints(_env_list("FLAKEKIT_LOAD_PLUGINS")) if entrypoints else []
+        for plugin in extra:
+            self.pm.register(plugin)
+        for module in BUILTIN_PLUGINS:
+            if not self.pm.is_blocked(module) and self.pm.get_plugin(module) is None:
+                self.pm.register(importlib.import_module(module), name=module)
+        self.pm.check_pending()
+        if os.environ.get("FLAKEKIT_TRACE_PLUGINS"):
+            self.pm.trace.root.setwriter(sys.stderr.write)
+            self.pm.enable_tracing()
+        for plugin_name, plugin in self.pm.list_name_plugin():
+            if plugin_name in loaded:  # a third party's failure is its own, not the host's
+                try:
+                    self._collect(plugin_name, plugin)
+                except Exception as exc:  # noqa: BLE001 - recorded and shown, never hidden
+                    self._mark_broken(plugin_name, f"registering failed: {_one_line(exc)}")
+            else:
+                self._collect(plugin_name, plugin)
+        self.loaded = True
+        return self
+
+    def _load_entrypoints(self, allow: list[str] | None) -> list[str]:
+        """Import and register the ``flakekit`` entry points (pluggy's loader, but one
+        failing plugin is recorded instead of stopping the others)."""
+        names = []
+        seen: set[str] = set()
+        for ep in flakekit_entry_points(ENTRY_POINT_GROUP):
+            if (ep.name in seen or (allow is not None and ep.name not in allow)
+                    or self.pm.is_blocked(ep.name) or self.pm.has_plugin(ep.name)):
+                continue
+            seen.add(ep.name)
+            self._origins[ep.name] = (ep.dist, ep.version, ep.value)
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # noqa: BLE001 - recorded and shown, never hidden
+                self._mark_broken(ep.name, f"import failed: {_one_line(exc)}")
+                continue
+            try:
+                self.pm.register(plugin, name=ep.name)
+                self.pm.check_pending()
+            except Exception as exc:  # noqa: BLE001 - e.g. a misspelt hook name
+                if self.pm.has_plugin(ep.name):
+                    self.pm.unregister(name=ep.name)
+                self._mark_broken(ep.name, f"registering failed: {_one_line(exc)}")
+                continue
+            names.append(ep.name)
+        return names
+
+    def _mark_broken(self, name: str, error: str) -> None:
+        dist, version, _ = self._origins.get(name, (None, None, ""))
+        if self.pm.has_plugin(name):
+            self.unregister(name)
+        self.broken.append(BrokenPlugin(name, dist, version, error))
+
+    def check_broken(self) -> None:
+        """Refuse to build generators while a plugin is broken (it may be the one that
+        registers what the config names, or change what a name means)."""
+        if self.broken:
+            raise PluginLoadError(self.broken[0].describe())
+
+    def origin(self, name: str) -> str:
+        """``plugin 'x' (distribution d 1.0, module m)``, for error messages."""
+        if name in self._origins:
+            dist, version, module = self._origins[name]
+            return f"plugin {name!r} (distribution {dist} {version}, module {module})"
+        plugin = self.pm.get_plugin(name)
+        module = getattr(plugin, "__name__", None) or type(plugin).__module__
+        return f"plugin {name!r} (module {module})"
+
+    def register(self, plugin: Any, name: str | None = None) -> str:
+        """Register one more plugin after loading (tests, inline plugins)."""
+        name = self.pm.register(plugin, name=name)
+        assert name is not None
+        self.pm.check_pending()
+        self._collect(name, plugin)
+        return name
+
+    def unregister(self, name: str) -> None:
+        self.pm.unregister(name=name)
+        for registry in self.registries.values():
+            registry.remove_plugin(name)
+
+    def _collect(self, plugin_name: str, plugin: Any) -> None:
+        """Call each registration hook of one plugin with a ``register`` bound to it."""
+        others = [p for p in self.pm.get_plugins() if p is not plugin]
+        for hook_name, kind in KINDS.items():
+            caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
+            if caller.get_hookimpls():
+                caller(register=self.registries[kind].binder(plugin_name,
+                                                             self.origin(plugin_name)))
+
+    # -- lookups --------------------------------------------------------------------------
+    @property
+    def layouts(self) -> Registry:
+        return self.registries["layout"]
+
+    @property
+    def clocks(self) -> Registry:
+        return self.registries["clock"]
+
+    @property
+    def allocators(self) -> Registry:
+        return self.registries["allocator"]
+
+    @property
+    def segment_stores(self) -> Registry:
+        return self.registries["segment store"]
+
+    @property
+    def strategies(self) -> Registry:
+        return self.registries["strategy"]
+
+    @property
+    def memberships(self) -> Registry:
+        return self.registries["membership"]
+
+    def layout(self, name: str, path: str = "layout") -> BitLayout:
+        """Build the registered layout ``name``."""
+        layout = self.layouts.get(name, path).create()
+        if not isinstance(layout, BitLayout):
+            raise TypeError(f"layout {name!r} factory returned {type(layout).__name__}, not BitLayout")
+        return layout
+
+    def events(self) -> Events:
+        return Events(self.pm.hook)
+
+    def add_commands(self, cli: Any) -> None:
+        self.pm.hook.flakekit_register_commands(cli=cli)
+
+    def plugins(self) -> list[PluginInfo]:
+        """Loaded plugins, then broken ones (``broken`` says why)."""
+        out = []
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:
+                continue
+            dist_name, version, _ = self._origins.get(name, (None, None, ""))
+            hooks = tuple(sorted(c.name for c in self.pm.get_hookcallers(plugin) or []))
+            registers = tuple(
+                f"{reg.kind}:{reg.name}"
+                for registry in self.registries.values() for reg in registry
+                if reg.plugin == name
+            )
+            out.append(PluginInfo(
+                name=name,
+                distribution=dist_name, version=version,
+                builtin=name in BUILTIN_PLUGINS,
+                hooks=hooks, registers=registers,
+            ))
+        out += [PluginInfo(b.name, b.distribution, b.version, False, (), (), broken=b.describe())
+                for b in self.broken]
+        return sorted(out, key=lambda p: (p.builtin, p.broken is None, p.name))
+
+
+_HOST: PluginHost | None = None
+
+
+def get_host() -> PluginHost:
+    """The process-wide host, loaded on first use (never at import time)."""
+    global _HOST
+    if _HOST is None:
+        _HOST = PluginHost().load()
+    return _HOST
+
+
+def reset_host() -> None:
+    """Forget the process-wide host (tests)."""
+    global _HOST
+    _HOST = None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def distribution_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("flakekit")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"

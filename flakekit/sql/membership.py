@@ -1,0 +1,399 @@
+"""SqlMembership: cluster membership in two SQL tables, on the database clock.
+
+``flakekit_members`` holds one row per (cluster, node): the node's lease. A join claims
+the row with a new random ``holder`` token and ``incarnation + 1`` -- refused, naming the
+live holder, while the row's lease is current on the database clock (``last_seen`` plus
+``lease_ms`` is later than the database's now). A renewal is a fenced UPDATE (``holder``
+and ``incarnation`` in the WHERE) setting ``last_seen`` to the database's now, and reads
+the view epoch in the same transaction, so a member learns of a new view within one
+renewal interval (at most a third of the lease) even with no watch at all. The holder's
+deadline is on its own monotonic clock: the lease from the *send* time of the renewal
+that succeeded, less a safety window (:func:`flakekit.sql.workers.lease_deadline_ns`,
+the worker registry's rule), so it stops before another process may take the row.
+
+``flakekit_cluster_view`` holds one row per cluster, never deleted. Its ``epoch`` moves
+only by compare-and-set, ``UPDATE ... WHERE cluster = :c AND epoch = :seen`` (the first
+view, epoch 1, is an INSERT: the primary key lets exactly one of two racing proposers
+in), so of two proposers that saw the same epoch exactly one wins.
+
+Every wait is bounded by the backend's session limits (``lock_timeout``,
+``statement_timeout``, ``idle_in_transaction_timeout``; SQLite: the busy timeout): a
+peer stuck inside a join holds up that node's row only, and only that long. A join whose
+lock wait timed out is retried for at most ``lock_retry_s``; a renewal is tried once
+(the keeper retries at the next interval and keeps the old deadline meanwhile).
+
+``watch_view`` is a no-op here: SQL has no change notification, and safety never rests
+on one (renewals re-read the epoch).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from flakekit.cluster.membership import JoinRequest, MemberLease, proposed_members
+from flakekit.errors import BackendError, LeaseLostError, SchemaError
+from flakekit.sql.backends import describe_engine
+from flakekit.sql.dbclock import (
+    aware_utc,
+    db_message,
+    db_now,
+    dialect_of,
+    lease_deadline_ns,
+    ns_of,
+    retry_kind,
+    retry_pause,
+)
+from flakekit.sql.schema import CLUSTER_COMPONENT, check_schema, cluster_view, upgrade_schema
+from flakekit.sql.schema import members as members_table
+from flakekit.sql.transactions import write_transaction
+from flakekit.sql.workers import LOCK_RETRY_S
+from flakekit.values.clock import Clock
+from flakekit.values.cluster import Member, MemberInfo, View
+
+__all__ = ["SqlMembership"]
+
+log = logging.getLogger("flakekit.cluster.sql")
+
+NS = 1_000_000_000
+MS = 1_000_000
+#: share of the lease kept as safety window when none is configured
+SAFETY_SHARE = 0.2
+#: the column sizes of flakekit_members (checked before any SQL runs)
+_LIMITS = {"cluster": 64, "node": 128, "advertise": 255}
+#: the largest lease ``lease_ms`` (INTEGER) can hold
+MAX_LEASE_MS = 2**31 - 1
+
+_m = members_table.c
+_v = cluster_view.c
+
+
+def _check_text(field: str, value: object, empty: bool = False) -> str:
+    limit = _LIMITS[field]
+    if not isinstance(value, str) or (not value and not empty) or len(value) > limit:
+        raise ValueError(f"{field} must be {'a' if empty else 'a non-empty'} string of at "
+                         f"most {limit} characters, got {value!r}")
+    return value
+
+
+def _encode(view_members: Sequence[Member]) -> str:
+    """The view's members as stored: JSON, sorted by node, one entry per node."""
+    ordered = proposed_members(view_members, _check_text)
+    return json.dumps([{"node": m.node, "advertise": m.advertise, "weight": m.weight}
+                       for m in ordered], separators=(",", ":"))
+
+
+def _decode(text_: str) -> tuple[Member, ...]:
+    return tuple(Member(e["node"], e.get("advertise", ""), int(e.get("weight", 1)))
+                 for e in json.loads(text_))
+
+
+def _ms_between(later: Any, earlier: Any) -> int | None:
+    """Milliseconds from ``earlier`` to ``later`` (database values; None if unreadable)."""
+    a, b = ns_of(aware_utc(later)), ns_of(aware_utc(earlier))
+    return None if a is None or b is None else (a - b) // MS
+
+
+@attrs.define
+class SqlMembership:
+    """A :class:`~flakekit.cluster.membership.Membership` in ``flakekit_members`` and
+    ``flakekit_cluster_view`` (see the module docstring).
+
+    Args:
+        engine: the backend's engine (owned by the backend pool; never disposed here).
+        clock: deadlines are on its monotonic timeline.
+        safety_window_ns: a lease ends this long before its row lapses on the database
+            clock (None: a fifth of the lease).
+        create_schema: create the ``cluster`` tables at the first join if missing.
+        lock_retry_s: how long a join retries lock waits that timed out.
+    """
+
+    engine: Engine
+    clock: Clock
+    safety_window_ns: int | None = None
+    create_schema: bool = False
+    lock_retry_s: float = LOCK_RETRY_S
+    _lease_s: float = attrs.field(init=False, default=10.0)
+    _schema_ok: bool = attrs.field(init=False, default=False)
+    _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+
+    #: a lapsed record proves its holder stopped: ``last_seen`` is stamped by the database
+    #: after the renewal was sent, and the holder's deadline is that send + lease - safety
+    lapse_means_stopped = True
+
+    # -- naming ----------------------------------------------------------------------------
+    @property
+    def where(self) -> str:
+        return describe_engine(self.engine)
+
+    @property
+    def renew_interval(self) -> float:
+        """A third of the lease last granted: two renewals may fail before it ends."""
+        return self._lease_s / 3
+
+    def _safety_ns(self, lease_ns: int) -> int:
+        if self.safety_window_ns is not None:
+            return self.safety_window_ns
+        return int(lease_ns * SAFETY_SHARE)
+
+    def _error(self, action: str, exc: BaseException) -> BackendError:
+        return BackendError(f"cluster membership in {self.where}: {action} failed: "
+                            f"{db_message(exc)}")
+
+    # -- schema ----------------------------------------------------------------------------
+    def ensure_schema(self) -> None:
+        """Check (and with ``create_schema``, create) the tables once."""
+        if self._schema_ok:
+            return
+        try:
+            check_schema(self.engine, CLUSTER_COMPONENT)
+        except SchemaError:
+            if not self.create_schema:
+                raise
+            upgrade_schema(self.engine, CLUSTER_COMPONENT)
+        self._schema_ok = True
+
+    # -- lease source half -----------------------------------------------------------------
+    def acquire(self, request: JoinRequest) -> MemberLease:
+        """Join: claim the member row (one transaction; lock waits retried, bounded)."""
+        cluster = _check_text("cluster", request.cluster)
+        member = request.member
+        _check_text("node", member.node)
+        _check_text("advertise", member.advertise, empty=True)
+        _encode([member])  # the weight's range
+        lease_ms = round(request.lease_s * 1000)
+        if not 1 <= lease_ms <= MAX_LEASE_MS:
+            raise ValueError(f"lease_s must be from 0.001 to {MAX_LEASE_MS / 1000:g} s, "
+                             f"got {request.lease_s!r}")
+        lease_ns = lease_ms * MS
+        if lease_deadline_ns(0, lease_ns, self._safety_ns(lease_ns)) <= lease_ns / 3:
+            raise ValueError(f"safety_window_ns ({self._safety_ns(lease_ns)}) leaves less "
+                             f"than a renewal interval of the {request.lease_s:g} s lease")
+        try:
+            self.ensure_schema()
+        except SQLAlchemyError as exc:
+            raise self._error("checking the schema", exc) from None
+        token = f"{os.uname().nodename}/pid{os.getpid()}/{uuid.uuid4().hex[:12]}"
+        give_up = time.monotonic() + self.lock_retry_s
+        attempt = 0
+        while True:
+            attempt += 1
+            send = self.clock.monotonic_ns()
+            try:
+                with write_transaction(self.engine) as conn:
+                    incarnation = self._join_in(conn, cluster, member, token, lease_ms)
+                    view_epoch = self._epoch(conn, cluster)
+                break
+            except SQLAlchemyError as exc:
+                if retry_kind(exc) and time.monotonic() < give_up:
+                    time.sleep(retry_pause(attempt - 1))
+                    continue
+                raise self._error(f"joining cluster {cluster!r} as {member.node!r}",
+                                  exc) from None
+        with self._lock:
+            self._lease_s = lease_ms / 1000
+        log.info("joined cluster %s as %s (incarnation %d, view epoch %d)", cluster,
+                 member.node, incarnation, view_epoch)
+        return MemberLease(member=member, cluster=cluster, holder=token, epoch=incarnation,
+                           view_epoch=view_epoch, ttl=lease_ms / 1000,
+                           deadline_ns=lease_deadline_ns(send, lease_ns,
+                                                         self._safety_ns(lease_ns)))
+
+    def _join_in(self, conn: Connection, cluster: str, member: Member, token: str,
+                 lease_ms: int) -> int:
+        now = db_now(dialect_of(conn))
+        row = conn.execute(
+            select(_m.holder, _m.incarnation, _m.state, _m.last_seen, _m.lease_ms,
+                   now.label("now"))
+            .where(_m.cluster == cluster, _m.node == member.node).with_for_update()
+        ).mappings().first()
+        values = dict(holder=token, state="alive", last_seen=now, lease_ms=lease_ms,
+                      advertise=member.advertise, weight=member.weight)
+        if row is None:
+            conn.execute(insert(members_table).values(cluster=cluster, node=member.node,
+                                                incarnation=1, **values))
+            return 1
+        age_ms = _ms_between(row["now"], row["last_seen"])
+        if row["state"] != "left" and (age_ms is None or age_ms < row["lease_ms"]):
+            left = "?" if age_ms is None else f"{(row['lease_ms'] - age_ms) / 1000:.1f}"
+            raise BackendError(
+                f"node {member.node!r} of cluster {cluster!r} is held by a live process "
+                f"({row['holder']}, incarnation {row['incarnation']}, lease ends in {left} "
+                f"s on the database clock) in {self.where}; stop it, or give this process "
+                "another node id"
+            )
+        conn.execute(update(members_table).where(
+            _m.cluster == cluster, _m.node == member.node,
+            _m.incarnation == row["incarnation"],
+        ).values(incarnation=_m.incarnation + 1, **values))
+        return int(row["incarnation"]) + 1
+
+    @staticmethod
+    def _epoch(conn: Connection, cluster: str) -> int:
+        epoch = conn.execute(select(_v.epoch).where(_v.cluster == cluster)).scalar()
+        return int(epoch or 0)
+
+    def _ours(self, cluster: str, lease: MemberLease) -> list[Any]:
+        return [_m.cluster == cluster, _m.node == lease.member.node,
+                _m.holder == lease.holder, _m.incarnation == lease.epoch,
+                _m.state != "left"]
+
+    def renew(self, lease: MemberLease, mark: int) -> MemberLease:
+        """Fenced UPDATE of ``last_seen`` plus a re-read of the view epoch (one
+        transaction); LeaseLostError when the row has another holder or incarnation."""
+        cluster = self._cluster_of(lease)
+        send = self.clock.monotonic_ns()
+        try:
+            with self.engine.begin() as conn:
+                done = conn.execute(update(members_table).where(*self._ours(cluster, lease))
+                                    .values(last_seen=db_now(dialect_of(conn)))).rowcount
+                if done:
+                    view_epoch = self._epoch(conn, cluster)
+                else:
+                    now = conn.execute(select(_m.holder, _m.incarnation, _m.state).where(
+                        _m.cluster == cluster, _m.node == lease.member.node)).first()
+        except SQLAlchemyError as exc:
+            raise self._error(f"renewing member {lease.member.node!r}", exc) from None
+        if not done:
+            held = ("the row is gone" if now is None else
+                    f"the row is now {now[2]} with holder {now[0]}, incarnation {now[1]}")
+            raise LeaseLostError(
+                f"member {lease.member.node!r} of cluster {cluster!r} is no longer ours "
+                f"(we held incarnation {lease.epoch} as {lease.holder}); {held}")
+        lease_ns = round(lease.ttl * NS)
+        return attrs.evolve(lease, view_epoch=view_epoch, deadline_ns=lease_deadline_ns(
+            send, lease_ns, self._safety_ns(lease_ns)))
+
+    def release(self, lease: MemberLease, mark: int) -> None:
+        """Leave: state ``left`` (fenced by holder and incarnation); a no-op if the row is
+        not ours any more."""
+        cluster = self._cluster_of(lease)
+        try:
+            with self.engine.begin() as conn:
+                done = conn.execute(update(members_table).where(*self._ours(cluster, lease))
+                                    .values(state="left", last_seen=db_now(dialect_of(conn))))
+        except SQLAlchemyError as exc:
+            raise self._error(f"leaving as {lease.member.node!r}", exc) from None
+        if not done.rowcount:
+            log.warning("member %s of %s was no longer ours when leaving", lease.member.node,
+                        cluster)
+
+    @staticmethod
+    def _cluster_of(lease: MemberLease) -> str:
+        if not lease.cluster:
+            raise ValueError(f"member {lease.member.node!r}: the lease names no cluster "
+                             "(it was not made by a join)")
+        return lease.cluster
+
+    def close(self) -> None:
+        """Nothing to free: the engine belongs to the backend pool."""
+
+    # -- view half -------------------------------------------------------------------------
+    def members(self, cluster: str) -> list[MemberInfo]:
+        """Every member row of ``cluster`` with its state on the database clock."""
+        try:
+            self.ensure_schema()
+            with self.engine.connect() as conn:
+                rows = conn.execute(
+                    select(_m.node, _m.advertise, _m.weight, _m.holder, _m.incarnation,
+                           _m.state, _m.last_seen, _m.lease_ms,
+                           db_now(dialect_of(conn)).label("now"))
+                    .where(_m.cluster == cluster).order_by(_m.node)
+                ).mappings().all()
+        except SQLAlchemyError as exc:
+            raise self._error(f"listing the members of {cluster!r}", exc) from None
+        out = []
+        for r in rows:
+            age = _ms_between(r["now"], r["last_seen"])
+            expires = r["lease_ms"] - (age if age is not None else r["lease_ms"])
+            state = ("left" if r["state"] == "left" else "lapsed" if expires <= 0
+                     else "draining" if r["state"] == "draining" else "alive")
+            out.append(MemberInfo(Member(r["node"], r["advertise"], r["weight"]), state,
+                                  r["holder"], int(r["incarnation"]), int(expires),
+                                  int(r["lease_ms"])))
+        return out
+
+    def view(self, cluster: str) -> View:
+        """The stored view; ``View(cluster, 0, ())`` before the first proposal."""
+        try:
+            self.ensure_schema()
+            with self.engine.connect() as conn:
+                return self._read_view(conn, cluster)
+        except SQLAlchemyError as exc:
+            raise self._error(f"reading the view of {cluster!r}", exc) from None
+
+    @staticmethod
+    def _read_view(conn: Connection, cluster: str) -> View:
+        row = conn.execute(select(_v.epoch, _v.members, _v.changed_at)
+                           .where(_v.cluster == cluster)).first()
+        if row is None:
+            return View(cluster, 0, ())
+        changed = ns_of(aware_utc(row[2]))
+        return View(cluster, int(row[0]), _decode(row[1]),
+                    0 if changed is None else changed // MS)
+
+    def propose(self, cluster: str, seen_epoch: int,
+                members: Sequence[Member]) -> View | None:
+        """Compare-and-set: write ``seen_epoch + 1`` only if the stored epoch is still
+        ``seen_epoch``; the new view, or None when someone else moved it first."""
+        _check_text("cluster", cluster)
+        if isinstance(seen_epoch, bool) or not isinstance(seen_epoch, int) or not (
+                0 <= seen_epoch < 2**63 - 1):
+            raise ValueError(f"seen_epoch must be an integer from 0 to 2**63 - 2, got "
+                             f"{seen_epoch!r}")
+        encoded = _encode(members)
+        try:
+            self.ensure_schema()
+            with write_transaction(self.engine) as conn:
+                now = db_now(dialect_of(conn))
+                if seen_epoch == 0:
+                    if conn.execute(select(_v.epoch).where(_v.cluster == cluster)).first():
+                        return None
+                    conn.execute(insert(cluster_view).values(
+                        cluster=cluster, epoch=1, members=encoded, changed_at=now))
+                else:
+                    done = conn.execute(
+                        update(cluster_view)
+                        .where(_v.cluster == cluster, _v.epoch == seen_epoch)
+                        .values(epoch=seen_epoch + 1, members=encoded, changed_at=now)
+                    ).rowcount
+                    if done != 1:
+                        return None
+                view = self._read_view(conn, cluster)
+        except IntegrityError:
+            return None  # another first proposal got in (primary key)
+        except SQLAlchemyError as exc:
+            raise self._error(f"proposing epoch {seen_epoch + 1} of {cluster!r}",
+                              exc) from None
+        log.info("cluster %s: view epoch %d -> %d (%s)", cluster, seen_epoch, view.epoch,
+                 ", ".join(view.nodes()) or "no members")
+        return view
+
+    def set_draining(self, cluster: str, node: str, draining: bool) -> bool:
+        """Mark a live (not left) member as draining, or alive again; False if there is
+        no such member."""
+        try:
+            with self.engine.begin() as conn:
+                done = conn.execute(
+                    update(members_table)
+                    .where(_m.cluster == cluster, _m.node == node, _m.state != "left")
+                    .values(state="draining" if draining else "alive")
+                ).rowcount
+        except SQLAlchemyError as exc:
+            raise self._error(f"marking {node!r} as draining", exc) from None
+        return bool(done == 1)
+
+    def watch_view(self, cluster: str, callback: Callable[[], None] | None) -> None:
+        """No-op: SQL has no change notification; renewals re-read the epoch."""
+

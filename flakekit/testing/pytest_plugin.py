@@ -1,0 +1,107 @@
+"""The ``flakekit`` pytest plugin (entry point ``pytest11``): fixtures for plugin authors.
+
+Fixtures: ``manual_clock``, ``event_recorder``, ``tcp_proxy``, ``closing``, ``pg_url``,
+``mariadb_url``, ``sqlite_url`` and ``db_url`` (the same test on all three). The servers
+come from ``FLAKEKIT_TEST_PG`` / ``FLAKEKIT_TEST_MARIADB`` (default: loopback, see
+docs/operations.md); a server that is down fails the test naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from flakekit.testing.clock import ManualClock
+from flakekit.testing.databases import fresh_server_database
+from flakekit.testing.events import EventRecorder
+from flakekit.testing.proxy import TcpProxy
+
+T = TypeVar("T")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "postgresql: needs PostgreSQL on 127.0.0.1:5432")
+    config.addinivalue_line("markers", "mariadb: needs MariaDB on 127.0.0.1:3306")
+
+
+@pytest.fixture
+def manual_clock() -> ManualClock:
+    """A :class:`ManualClock` at 2026-01-01T00:00:00Z."""
+    return ManualClock()
+
+
+@pytest.fixture
+def event_recorder() -> EventRecorder:
+    """An :class:`EventRecorder`; ``event_recorder.events`` goes where ``Events`` does."""
+    return EventRecorder()
+
+
+@pytest.fixture
+def tcp_proxy() -> Iterator[Callable[[int], TcpProxy]]:
+    """Start a loopback TCP proxy: ``tcp_proxy(target_port)`` returns a started proxy;
+    all are stopped afterwards."""
+    started: list[TcpProxy] = []
+
+    def start(target_port: int) -> TcpProxy:
+        proxy = TcpProxy(target_port)
+        proxy.start()
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.stop()
+
+
+@pytest.fixture
+def closing() -> Iterator[Callable[[Any], Any]]:
+    """``closing(obj)`` returns ``obj`` and calls its ``close()`` after the test (in
+    reverse order): for the allocators and stores a contract binding makes."""
+    made: list[Any] = []
+
+    def register(obj: T) -> T:
+        made.append(obj)
+        return obj
+
+    yield register
+    for obj in reversed(made):
+        obj.close()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """URL of a new, empty PostgreSQL database, dropped afterwards."""
+    with fresh_server_database("postgresql") as url:
+        yield url
+
+
+@pytest.fixture
+def mariadb_url() -> Iterator[str]:
+    """URL of a new, empty MariaDB database, dropped afterwards."""
+    with fresh_server_database("mariadb") as url:
+        yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """URL of a SQLite file in a temporary directory."""
+    return f"sqlite:///{tmp_path / 'flakekit.db'}"
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("postgresql", marks=pytest.mark.postgresql),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+        "sqlite",
+    ]
+)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The same test on a fresh PostgreSQL, MariaDB and SQLite database."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'flakekit.db'}"
+        return
+    with fresh_server_database(request.param) as url:
+        yield url

@@ -1,0 +1,95 @@
+"""Parsing of time units ("1ms", "10ms", "1s"), durations and epochs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+__all__ = ["MAX_DURATION_NS", "format_unit", "parse_duration_ns", "parse_epoch_ms", "parse_unit_ns"]
+
+_SUFFIX_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
+              "m": 60_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000,
+              "d": 86_400_000_000_000}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zµ]+)\s*$")
+#: the longest duration accepted: deadlines are stored as 64-bit nanoseconds since 1970
+#: (they end in 2262), so a longer lease or reclaim age cannot be written to any database
+MAX_DURATION_NS = 100 * 365 * 86_400_000_000_000
+
+
+def parse_duration_ns(value: object, *, default_unit: str = "s") -> int:
+    """Turn ``"5ms"``, ``"7d"``, ``"1.5s"`` or a bare number (in ``default_unit``) into ns,
+    at most :data:`MAX_DURATION_NS` (100 years)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as '5ms' or '1s', got {value!r}")
+    if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"a duration must be a finite number, got {value!r}")
+        if value < 0:
+            raise ValueError(f"a duration cannot be negative, got {value!r}")
+        return _at_most_max(round(value * _SUFFIX_NS[default_unit]), value)
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match and match.group(2) in _SUFFIX_NS:
+            return _at_most_max(round(float(match.group(1)) * _SUFFIX_NS[match.group(2)]), value)
+    raise ValueError(
+        f"expected a duration such as '5ms', '10s' or '7d' (units: "
+        f"{', '.join(_SUFFIX_NS)}), got {value!r}"
+    )
+
+
+def _at_most_max(ns: int, value: object) -> int:
+    if ns > MAX_DURATION_NS:
+        raise ValueError(
+            f"a duration must be at most 36500d (100 years; deadlines are stored as 64-bit "
+            f"nanoseconds), got {value!r}"
+        )
+    return ns
+
+
+def parse_unit_ns(value: object) -> int:
+    """A layout's time unit: ``"1ms"``, ``"10ms"``, ``"1s"``; at least 1 µs."""
+    ns = parse_duration_ns(value, default_unit="ms")
+    if ns < 1_000:
+        raise ValueError(f"a time unit must be at least 1us, got {value!r}")
+    return ns
+
+
+def format_unit(ns: int) -> str:
+    for suffix in ("d", "h", "s", "ms", "us"):
+        size = _SUFFIX_NS[suffix]
+        if ns % size == 0:
+            return f"{ns // size}{suffix}"
+    return f"{ns}ns"
+
+
+def parse_epoch_ms(value: object) -> int:
+    """An epoch as milliseconds since 1970 (int) or an ISO-8601 string with a zone."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected epoch milliseconds or an ISO-8601 time, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"an epoch cannot be before 1970, got {value}")
+        return value
+    if isinstance(value, dt.datetime):
+        when = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            return int(text)
+        try:
+            when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"expected epoch milliseconds or an ISO-8601 time such as "
+                f"'2024-01-01T00:00:00Z', got {value!r}"
+            ) from None
+    else:
+        raise ValueError(f"expected epoch milliseconds or an ISO-8601 time, got {value!r}")
+    if when.tzinfo is None:
+        raise ValueError(
+            f"epoch {value!r} has no time zone; add 'Z' for UTC (e.g. '2024-01-01T00:00:00Z')"
+        )
+    ms = (when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
+    if ms < 0:
+        raise ValueError(f"an epoch cannot be before 1970, got {value!r}")
+    return ms

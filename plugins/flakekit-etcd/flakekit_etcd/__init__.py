@@ -1,0 +1,255 @@
+"""flakekit-etcd: worker ids leased from etcd.
+
+``allocator = {type = "etcd", endpoints = "127.0.0.1:2379", service = "orders", ttl = "10s"}``
+
+One etcd lease per process holds all its worker keys; an id is claimed by a transaction
+``create_revision == 0`` whose revision is the epoch; the high-water mark lives in a key
+without a lease; every renewal and release is fenced on the claim (its revision and
+lease); IDs stop ``safety_window`` before the lease could end, counted from the send
+time of the keep-alive that succeeded. The algorithm is the core's
+:class:`flakekit.plugin.KvLeaseAllocator`, shared with the ZooKeeper lease mode.
+
+Also a cluster membership store:
+``[cluster] membership = {type = "etcd", endpoints = "127.0.0.1:2379"}`` (a member key
+per node on an etcd lease of its own, created by ``create_revision == 0`` whose revision
+is the incarnation; the view in a key moved by compare-and-set on its ``mod_revision``):
+:class:`flakekit_etcd.membership.EtcdMembership`.
+
+See ``docs/choosing-allocators.md``, ``docs/cluster.md`` and this plugin's README.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from attrs.validators import instance_of, optional
+
+from flakekit import hookimpl
+from flakekit.plugin import (
+    ConfigError,
+    FieldError,
+    Register,
+    parse_duration_ns,
+)
+
+if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
+    from flakekit.plugin import BuildContext
+    from flakekit_etcd.membership import EtcdMembership
+
+__all__ = ["EtcdMembershipSettings", "EtcdSettings", "build_etcd_allocator",
+           "build_etcd_membership"]
+
+__version__ = "0.1.0"
+
+DEFAULT_ENDPOINTS = "127.0.0.1:2379"
+DEFAULT_ROOT = "/flakekit"
+#: etcd raises a smaller TTL to about 1.5 x its election timeout (2 s by default)
+MIN_TTL_NS = 2_000_000_000
+
+
+def _duration(value: Any) -> int:
+    ns = parse_duration_ns(value)
+    if ns <= 0:
+        raise ValueError(f"must be a positive duration such as '10s', got {value!r}")
+    return ns
+
+
+def _duration0(value: Any) -> int:
+    ns = parse_duration_ns(value)
+    if ns < 0:
+        raise ValueError(f"must be a duration >= 0 such as '30s', got {value!r}")
+    return ns
+
+
+def _optional_duration0(value: Any) -> int | None:
+    return None if value is None else _duration0(value)
+
+
+def _optional_duration(value: Any) -> int | None:
+    return None if value is None else _duration(value)
+
+
+def _root(value: Any) -> str:
+    if not isinstance(value, str) or not value.startswith("/") or value.endswith("/") \
+            or "//" in value:
+        raise ValueError(f"root must be a key prefix such as '/flakekit', got {value!r}")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class EtcdSettings:
+    """``allocator = {type = "etcd", ...}``.
+
+    Attributes:
+        endpoints: the cluster's client URLs, ``"host:port,host:port"`` (``http://`` or
+            ``https://`` allowed; default: the environment variable ``ETCD_ENDPOINTS``,
+            else ``"127.0.0.1:2379"``).
+        service: the namespace of the ids (default: the generator's name). Generators
+            that share a layout must not share a service.
+        root: the key prefix above ``{service}`` (default ``"/flakekit"``).
+        ttl: the lease TTL asked for, whole seconds, at least 2 s (default ``"10s"``);
+            the TTL etcd grants is the one used.
+        connect_timeout: the longest any call waits (default ``"5s"``; renewals wait a
+            third of the TTL).
+        safety_window: stop issuing this long before the lease could end (default: a
+            fifth of the TTL; less than half of it).
+        quarantine: how long a freed id stays unclaimable after its holder's last
+            possible ID (default ``"30s"``; 0 allowed).
+        username, password: etcd's auth (``etcdctl auth enable``); both or neither.
+        watch: watch the claims for a quick reaction to a revoked lease (a hint only;
+            default true).
+    """
+
+    endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    service: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    root: str = attrs.field(default=DEFAULT_ROOT, converter=_root)
+    ttl: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
+    connect_timeout: int = attrs.field(default="5s", converter=_duration)  # type: ignore[assignment]  # converted
+    safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
+    quarantine: int = attrs.field(default="30s", converter=_duration0)  # type: ignore[assignment]  # converted
+    username: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    password: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    watch: bool = attrs.field(default=True, validator=instance_of(bool))
+
+    def __attrs_post_init__(self) -> None:
+        if self.ttl < MIN_TTL_NS:
+            raise FieldError("ttl", "'ttl' must be at least 2s (etcd raises a smaller TTL "
+                             "to 1.5 x its election timeout, 2 s by default)")
+        if self.ttl % 1_000_000_000:
+            raise FieldError("ttl", f"'ttl' must be whole seconds (etcd counts lease TTLs "
+                             f"in seconds), got {self.ttl / 1e9:g} s")
+        window = self.safety_window
+        if window is None:  # a fifth of the TTL (2 s for 10 s)
+            window = self.ttl // 5
+            object.__setattr__(self, "safety_window", window)
+        if window * 2 >= self.ttl:
+            raise FieldError("safety_window",
+                             "'safety_window' must be less than half the TTL "
+                             f"({self.ttl / 2e9:g} s); raise ttl or lower the window")
+        if self.service is not None and ("/" in self.service or not self.service):
+            raise FieldError("service", "'service' must be a non-empty name without '/', "
+                             f"got {self.service!r}")
+        if self.endpoints is not None:
+            from flakekit_etcd.endpoints import parse_endpoints
+
+            try:
+                parse_endpoints(self.endpoints)
+            except ValueError as exc:
+                raise FieldError("endpoints", f"'endpoints' {exc}") from None
+        if (self.username is None) != (self.password is None):
+            missing = "password" if self.password is None else "username"
+            raise FieldError(missing, f"'{missing}' must be set too: etcd's auth needs "
+                             "both username and password")
+
+
+def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> Any:
+    """Factory registered as ``etcd``: an :class:`~flakekit_etcd.lease.EtcdLeaseAllocator`."""
+    from flakekit_etcd.endpoints import parse_endpoints
+    from flakekit_etcd.lease import build_lease_allocator
+
+    s = settings or EtcdSettings()
+    endpoints = s.endpoints or os.environ.get("ETCD_ENDPOINTS") or DEFAULT_ENDPOINTS
+    try:
+        parse_endpoints(endpoints)
+    except ValueError as exc:   # from ETCD_ENDPOINTS
+        raise ConfigError(f"{ctx.path}.endpoints", f"ETCD_ENDPOINTS: {exc}") from None
+    service = s.service or ctx.generator
+    if "/" in service:
+        raise ConfigError(f"{ctx.path}.service", f"{service!r} contains '/'; set service = \"...\"")
+    return build_lease_allocator(s, endpoints=endpoints, service=service, root=s.root,
+                                 clock=ctx.clock, events=ctx.events, generator=ctx.generator,
+                                 path=ctx.path, host=ctx.host, port=ctx.port)
+
+
+@attrs.frozen(kw_only=True)
+class EtcdMembershipSettings:
+    """``[cluster] membership = {type = "etcd", ...}``.
+
+    Attributes:
+        endpoints: the cluster's client URLs, ``"host:port,host:port"`` (default: the
+            environment variable ``ETCD_ENDPOINTS``, else ``"127.0.0.1:2379"``).
+        root: the key prefix above ``clusters/{cluster}`` (default ``"/flakekit"``).
+        ttl: the member lease's TTL, whole seconds, at least 2 s (default: the
+            ``[cluster] lease`` rounded up to whole seconds); the TTL etcd grants is the
+            one used.
+        connect_timeout: the longest any call waits (default ``"5s"``).
+        safety_window: a member stops this long before its lease could end (default: a
+            fifth of the TTL; less than half of it).
+        username, password: etcd's auth; both or neither.
+        watch: watch the view key for a quick reaction to a new view (a hint only;
+            default true).
+    """
+
+    endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    root: str = attrs.field(default=DEFAULT_ROOT, converter=_root)
+    ttl: int | None = attrs.field(default=None, converter=_optional_duration)
+    connect_timeout: int = attrs.field(default="5s", converter=_duration)  # type: ignore[assignment]  # converted
+    safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
+    username: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    password: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    watch: bool = attrs.field(default=True, validator=instance_of(bool))
+
+    def __attrs_post_init__(self) -> None:
+        ttl = self.ttl
+        if ttl is not None and ttl < MIN_TTL_NS:
+            raise FieldError("ttl", "'ttl' must be at least 2s (etcd raises a smaller TTL "
+                             "to 1.5 x its election timeout, 2 s by default)")
+        if ttl is not None and ttl % 1_000_000_000:
+            raise FieldError("ttl", f"'ttl' must be whole seconds (etcd counts lease TTLs "
+                             f"in seconds), got {ttl / 1e9:g} s")
+        if ttl is not None and self.safety_window is not None \
+                and self.safety_window * 2 >= ttl:
+            raise FieldError("safety_window",
+                             "'safety_window' must be less than half the TTL "
+                             f"({ttl / 2e9:g} s); raise ttl or lower the window")
+        if self.endpoints is not None:
+            from flakekit_etcd.endpoints import parse_endpoints
+
+            try:
+                parse_endpoints(self.endpoints)
+            except ValueError as exc:
+                raise FieldError("endpoints", f"'endpoints' {exc}") from None
+        if (self.username is None) != (self.password is None):
+            missing = "password" if self.password is None else "username"
+            raise FieldError(missing, f"'{missing}' must be set too: etcd's auth needs "
+                             "both username and password")
+
+
+def build_etcd_membership(settings: EtcdMembershipSettings | None,
+                          ctx: BuildContext) -> EtcdMembership:
+    """Factory registered as membership ``etcd`` (nothing connects until first use)."""
+    from flakekit_etcd.endpoints import parse_endpoints
+    from flakekit_etcd.membership import EtcdMembership
+
+    s = settings or EtcdMembershipSettings()
+    endpoints = s.endpoints or os.environ.get("ETCD_ENDPOINTS") or DEFAULT_ENDPOINTS
+    try:
+        parse_endpoints(endpoints)
+    except ValueError as exc:   # from ETCD_ENDPOINTS
+        raise ConfigError(f"{ctx.path}.endpoints", f"ETCD_ENDPOINTS: {exc}") from None
+    return EtcdMembership(
+        endpoints, ctx.clock, root=s.root,
+        ttl_s=None if s.ttl is None else s.ttl // 1_000_000_000,
+        connect_timeout_s=s.connect_timeout / 1e9, safety_window_ns=s.safety_window,
+        username=s.username, password=s.password, watch=s.watch)
+
+
+@hookimpl
+def flakekit_register_memberships(register: Register) -> None:
+    register(
+        "etcd", build_etcd_membership, settings=EtcdMembershipSettings,
+        description="cluster members as keys on etcd leases (create_revision == 0, the "
+                    "revision as incarnation) and the view as a key moved by "
+                    "compare-and-set on its mod_revision",
+    )
+
+
+@hookimpl
+def flakekit_register_allocators(register: Register) -> None:
+    register(
+        "etcd", build_etcd_allocator, settings=EtcdSettings,
+        description="worker ids leased from etcd: one lease per process, claims by "
+                    "create_revision == 0, the claim's revision as the epoch, quarantine",
+    )

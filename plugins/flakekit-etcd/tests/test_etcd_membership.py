@@ -1,0 +1,555 @@
+"""etcd cluster membership (issue 13, item 2) on a real etcd: the MembershipContract suite,
+plus etcd's own drills (a lease revoked from outside, processes racing for one node id,
+compare-and-set proposals from several clients, a leader change in a 3-member cluster,
+compaction under a watch), the key layout, registration and one-line errors.
+
+Every test has a root of its own (``/{ns}``), deleted afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from etcdhelpers import etcdctl
+from flakekit_etcd import EtcdMembershipSettings
+from flakekit_etcd.membership import EtcdMembership
+
+from conftest import SCRIPT, read_env
+from flakekit.assembly.config import parse_config
+from flakekit.assembly.kit import build_kit
+from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, MemberTarget
+from flakekit.cluster.membership import JoinRequest, MemberLease
+from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostError
+from flakekit.leases.keeper import LeaseKeeper
+from flakekit.pluginhost.host import PluginHost
+from flakekit.testing import MembershipContract, TcpProxy
+from flakekit.testing.threads import in_threads
+from flakekit.values.clock import MonotonicClock
+from flakekit.values.cluster import Member, View
+
+NS = 1_000_000_000
+
+
+def wait_until(test: Callable[[], Any], timeout: float = 10.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = test()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout} s: {test}")
+
+
+def get_json(endpoints: str, key: str) -> dict[str, Any] | None:
+    """The key as etcdctl sees it: {value (decoded JSON), lease, create_revision, ...}."""
+    out = json.loads(etcdctl(endpoints, "get", key, "-w", "json"))
+    kvs = out.get("kvs") or []
+    if not kvs:
+        return None
+    import base64
+
+    kv = kvs[0]
+    return {**kv, "value": json.loads(base64.b64decode(kv["value"]))}
+
+
+def revoke(endpoints: str, lease: int) -> None:
+    etcdctl(endpoints, "lease", "revoke", f"{lease:x}")
+
+
+@pytest.fixture
+def root(etcd_endpoints, ns) -> Iterator[str]:
+    path = f"/{ns}"
+    yield path
+    etcdctl(etcd_endpoints, "del", "--prefix", f"{path}/", check=False)
+
+
+@pytest.fixture
+def make(etcd_endpoints, root, closing):
+    """``make(**kw)``: a new EtcdMembership (its own leases: another process, as etcd
+    sees it) under this test's root; closed after the test."""
+    def make(endpoints: str | None = None, **kw: Any) -> EtcdMembership:
+        return closing(EtcdMembership(endpoints or etcd_endpoints, MonotonicClock(),
+                                      root=root, **kw))
+    return make
+
+
+def request(cluster: str, node: str = "n1", lease_s: float = 4.0) -> JoinRequest:
+    return JoinRequest(cluster, Member(node, f"http://{node}.test:8080"), lease_s)
+
+
+def member_key(root: str, cluster: str, node: str) -> str:
+    return f"{root}/clusters/{cluster}/members/{node}"
+
+
+class TestEtcdMembershipContract(MembershipContract):
+    """Each membership grants its own leases; ``expire`` revokes the holder's lease with
+    etcdctl, as if it had run out after a crash."""
+
+    lease_s = 10.0
+
+    @pytest.fixture
+    def make_membership(self, make):
+        return make
+
+    @pytest.fixture
+    def expire(self, etcd_endpoints, root):
+        def expire(cluster: str, lease: MemberLease) -> None:
+            key = member_key(root, cluster, lease.member.node)
+            kv = get_json(etcd_endpoints, key)
+            assert kv is not None
+            revoke(etcd_endpoints, int(kv["lease"]))
+            assert get_json(etcd_endpoints, key) is None
+        return expire
+
+
+# -- the lease --------------------------------------------------------------------------------
+def test_the_ttl_is_the_joins_lease_rounded_up(make, ns):
+    """Without ``ttl`` the TTL is the join's lease in whole seconds, rounded up, at least
+    2 s; a configured ttl wins; the deadline is the TTL less a fifth from the send."""
+    m = make()
+    before = time.monotonic_ns()
+    lease = m.acquire(request(ns, lease_s=2.5))
+    assert lease.ttl == 3.0
+    assert before + 2.4 * NS <= lease.deadline_ns <= time.monotonic_ns() + 2.4 * NS
+    assert m.renew_interval == pytest.approx(1.0)
+    assert make().acquire(request(ns, "n2", lease_s=1.0)).ttl == 2.0
+    assert make(ttl_s=5).acquire(request(ns, "n3", lease_s=3.0)).ttl == 5.0
+
+
+def test_the_member_key_is_on_our_lease_and_its_revision_is_the_epoch(make, etcd_endpoints,
+                                                                       root, ns):
+    """The member key carries the join's lease, its create revision is the incarnation,
+    the roster entry has no lease, the view is JSON with its epoch."""
+    m = make()
+    lease = m.acquire(request(ns))
+    kv = get_json(etcd_endpoints, member_key(root, ns, "n1"))
+    assert kv is not None and int(kv["create_revision"]) == lease.epoch
+    assert int(kv["lease"]) == m.lease_of(lease)
+    assert kv["value"]["holder"] == lease.holder and kv["value"]["lease_ms"] == 4000
+    roster = get_json(etcd_endpoints, f"{root}/clusters/{ns}/nodes/n1")
+    assert roster is not None and "lease" not in roster and roster["value"]["state"] == "joined"
+    view = m.propose(ns, 0, [lease.member])
+    stored = get_json(etcd_endpoints, f"{root}/clusters/{ns}/view")
+    assert view is not None and stored is not None and "lease" not in stored
+    assert stored["value"]["epoch"] == 1
+    assert stored["value"]["changed_at_ms"] == view.changed_at_ms   # the proposer's clock
+    info = next(i for i in m.members(ns) if i.node == "n1")
+    assert info.lease_ms == 4000 and 0 < info.expires_in_ms <= 4000
+
+
+def test_a_revoked_lease_is_lost_and_the_deadline_never_extended(make, etcd_endpoints, ns):
+    """The member's lease revoked from outside (etcdctl lease revoke): the next renewal
+    raises LeaseLostError (keep-alive TTL <= 0), every later one too; under the keeper
+    the target's deadline goes to NEVER and no renewal sent after the revoke ever
+    extended it."""
+    m = make()
+    req = request(ns, lease_s=3.0)
+    extends: list[int] = []
+
+    class Recording(MemberTarget):
+        def extend(self, deadline_ns: int | None, stamp_until_ns: int | None = None) -> None:
+            if deadline_ns is not None:
+                extends.append(deadline_ns)
+            super().extend(deadline_ns, stamp_until_ns)
+
+    target = Recording(lambda reason: None)
+    keeper: LeaseKeeper[MemberLease] = LeaseKeeper(
+        source=MemberSource(m, lambda epoch: None), request=req, clock=MonotonicClock(),
+        events=MemberEvents(lambda: None), on_lease_lost="stop")
+    lease = keeper.start(target)
+    try:
+        assert keeper.renew_once()
+        revoke(etcd_endpoints, m.lease_of(lease) or 0)
+        revoked_at = time.monotonic_ns()
+        keeper.renew_once()
+        assert keeper.lost is not None and "TTL <= 0" in keeper.lost, keeper.lost
+        assert target.deadline_ns == NEVER
+        reach = round((lease.ttl * 4 / 5) * NS)   # deadline = send + TTL - a fifth
+        assert extends and all(d - reach <= revoked_at for d in extends), (extends, revoked_at)
+        with pytest.raises(LeaseLostError):
+            m.renew(lease, 0)
+    finally:
+        keeper.close()
+    assert {i.node: i.state for i in m.members(ns)} == {"n1": "lapsed"}
+
+
+def test_the_deadline_counts_from_the_keepalives_send_time(make, etcd_endpoints, ns):
+    """Through a proxy that delays every request by 0.2 s: the renewed deadline is the
+    TTL less the safety window from *before* the keep-alive was sent, not from its
+    answer (nor from the read after it)."""
+    host, _, port = etcd_endpoints.split(",")[0].rpartition(":")
+    proxy = TcpProxy(int(port), delay_s=0.2, target_host=host)
+    proxy.start()
+    try:
+        m = make(endpoints=proxy.address)
+        lease = m.acquire(request(ns, lease_s=5.0))
+        before = time.monotonic_ns()
+        renewed = m.renew(lease, 0)
+        after = time.monotonic_ns()
+        reach = round(renewed.ttl * 4 / 5 * NS)
+        assert after - before >= 0.4 * NS              # two delayed calls
+        assert before <= renewed.deadline_ns - reach < before + 0.1 * NS
+    finally:
+        proxy.stop()
+
+
+def test_a_deleted_or_replaced_member_key_means_lost(make, etcd_endpoints, root, ns):
+    """Someone deletes the member key and puts another (an operator, a bug): the
+    keep-alive still works, the renewal's read says lost, naming what it found."""
+    m = make()
+    lease = m.acquire(request(ns))
+    key = member_key(root, ns, "n1")
+    etcdctl(etcd_endpoints, "del", key)
+    etcdctl(etcd_endpoints, "put", key, json.dumps({"holder": "someone-else"}))
+    with pytest.raises(LeaseLostError, match="someone-else"):
+        m.renew(lease, 0)
+
+
+def test_a_draining_mark_keeps_the_lease(make, etcd_endpoints, root, ns):
+    """set_draining rewrites the member value by mod_revision and keeps its lease; the
+    renewal (fenced on create revision and lease) goes on."""
+    m = make()
+    lease = m.acquire(request(ns))
+    assert m.set_draining(ns, "n1", True)
+    kv = get_json(etcd_endpoints, member_key(root, ns, "n1"))
+    assert kv is not None and int(kv["lease"]) == m.lease_of(lease)
+    assert kv["value"]["state"] == "draining"
+    assert m.renew(lease, 0).epoch == lease.epoch
+
+
+def test_the_refusal_names_holder_and_lease(make, ns):
+    first, second = make(), make()
+    lease = first.acquire(request(ns))
+    with pytest.raises(BackendError) as caught:
+        second.acquire(request(ns))
+    text = str(caught.value)
+    assert lease.holder in text and f"0x{first.lease_of(lease):x}" in text
+    assert "held by a live process" in text and "\n" not in text
+
+
+JOINER = textwrap.dedent("""
+    import sys, time
+    from flakekit.cluster.membership import JoinRequest
+    from flakekit.errors import BackendError
+    from flakekit.values.clock import MonotonicClock
+    from flakekit.values.cluster import Member
+    from flakekit_etcd.membership import EtcdMembership
+
+    endpoints, root, cluster, at = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+    m = EtcdMembership(endpoints, MonotonicClock(), root=root)
+    m.view(cluster)                   # connected before the start line
+    time.sleep(max(0.0, at - time.time()))
+    try:
+        lease = m.acquire(JoinRequest(cluster, Member("n1", "http://x:1"), 4.0))
+        print("JOINED", lease.epoch, flush=True)
+    except BackendError as exc:
+        print("REFUSED", type(exc).__name__, str(exc).replace("\\n", "|"), flush=True)
+    sys.stdin.read()                  # hold the lease until the test is done
+    m.close()
+""")
+
+
+@pytest.mark.slow
+def test_processes_joining_one_node_at_once_admit_one(etcd_endpoints, root, ns):
+    """Three processes join node ``n1`` at the same instant: exactly one joins, the
+    others are refused with one line naming the live holder."""
+    start_at = time.time() + 3.0
+    procs = [subprocess.Popen([sys.executable, "-c", JOINER, etcd_endpoints, root, ns,
+                               str(start_at)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        lines = [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
+    finally:
+        for p in procs:
+            p.stdin.close()  # type: ignore[union-attr]
+        for p in procs:
+            p.wait(timeout=30)
+    assert sum(line.startswith("JOINED ") for line in lines) == 1, lines
+    refused = [line for line in lines if line.startswith("REFUSED ")]
+    assert len(refused) == 2, lines
+    assert all("BackendError" in r and "held by a live process" in r and "|" not in r
+               for r in refused), refused
+
+
+def test_cas_proposals_from_several_clients(make, ns):
+    """Four clients propose in rounds from the epoch each read: exactly one wins each
+    round, epochs go up by one per round."""
+    stores = [make() for _ in range(4)]
+    for round_ in range(8):
+        seen = stores[0].view(ns).epoch
+        got = in_threads(lambda i, seen=seen, r=round_: stores[i].propose(
+            ns, seen, [Member(f"c{i}-{r}")]), 4)
+        won = [v for v in got if v is not None]
+        assert len(won) == 1 and won[0].epoch == seen + 1, got
+        assert all(s.view(ns) == won[0] for s in stores)
+    assert stores[0].view(ns).epoch == 8
+
+
+def test_free_running_proposers_never_share_an_epoch(make, ns):
+    """Four clients read-then-propose as fast as they can: every epoch is won exactly
+    once, with no gaps, each client's epochs strictly increase, the stored view is the
+    last winner's."""
+    stores = [make() for _ in range(4)]
+    wins: list[list[View]] = [[] for _ in stores]
+
+    def run(i: int) -> None:
+        for _ in range(15):
+            seen = stores[i].view(ns).epoch
+            view = stores[i].propose(ns, seen, [Member(f"c{i}")])
+            if view is not None:
+                wins[i].append(view)
+
+    in_threads(run, 4)
+    epochs = sorted(v.epoch for w in wins for v in w)
+    assert epochs == list(range(1, len(epochs) + 1)), epochs
+    for w in wins:
+        assert [v.epoch for v in w] == sorted({v.epoch for v in w})
+    last = max((v for w in wins for v in w), key=lambda v: v.epoch)
+    assert stores[0].view(ns) == last
+
+
+# -- the view watch: a hint ---------------------------------------------------------------------
+def test_the_watch_hints_and_a_dead_watch_still_learns_at_renewal(make, ns):
+    """The watch calls back on a new view; once it is gone, the callback hears nothing,
+    and the next renewal still reads the new epoch."""
+    m, other = make(), make()
+    lease = m.acquire(request(ns))
+    calls: list[float] = []
+    m.watch_view(ns, lambda: calls.append(time.monotonic()))
+    time.sleep(0.3)   # the watch thread has created its watch
+    assert other.propose(ns, 0, [Member("x")]) is not None
+    wait_until(lambda: calls, 5)
+    assert m.renew(lease, 0).view_epoch == 1
+    m.watch_view(ns, None)
+    heard = len(calls)
+    assert other.propose(ns, 1, [Member("y")]) is not None
+    time.sleep(0.3)
+    assert len(calls) == heard
+    assert m.renew(lease, 0).view_epoch == 2
+
+
+def test_watch_off_starts_no_watch(make, ns):
+    m, other = make(watch=False), make()
+    lease = m.acquire(request(ns))
+    calls: list[int] = []
+    m.watch_view(ns, lambda: calls.append(1))
+    assert other.propose(ns, 0, [Member("x")]) is not None
+    time.sleep(0.3)
+    assert calls == [] and m.renew(lease, 0).view_epoch == 1
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["watch", "renewal-only"])
+def test_compaction_renewals_still_read_the_new_epoch(make, etcd_endpoints, root, ns, watch):
+    """The history compacted (physically) under the member's watch, then the view moved
+    twice: each renewal reads the newest epoch, with or without the watch."""
+    m, other = make(watch=watch), make()
+    lease = m.acquire(request(ns))
+    m.watch_view(ns, lambda: None)
+    assert other.propose(ns, 0, [Member("x")]) is not None
+    for n in range(50):
+        etcdctl(etcd_endpoints, "put", f"{root}/noise", str(n))
+    rev = json.loads(etcdctl(etcd_endpoints, "get", "/", "-w", "json"))["header"]["revision"]
+    etcdctl(etcd_endpoints, "compact", str(rev), "--physical")
+    assert other.propose(ns, 1, [Member("y")]) is not None
+    assert m.renew(lease, 0).view_epoch == 2
+    assert other.propose(ns, 2, [Member("z")]) is not None
+    assert m.renew(lease, 0).view_epoch == 3
+
+
+# -- leader change ------------------------------------------------------------------------------
+def _leader(endpoints: str) -> str:
+    status = json.loads(etcdctl(endpoints, "endpoint", "status", "-w", "json"))
+    for st in status:
+        if st["Status"]["leader"] == st["Status"]["header"]["member_id"]:
+            return str(st["Endpoint"])
+    raise AssertionError(f"no leader in {status}")
+
+
+def _member_pid(svc: Path, endpoint: str) -> int:
+    for n in (1, 2, 3):
+        d = svc / "etcd-cluster" / f"m{n}"
+        if (d / "port").read_text().strip() == endpoint.rsplit(":", 1)[1]:
+            return int((d / "etcd.pid").read_text())
+    raise AssertionError(f"no member on {endpoint}")
+
+
+@pytest.fixture
+def own_cluster(etcd_endpoints, tmp_path) -> Iterator[tuple[str, Path]]:
+    """A 3-member cluster of this test's own (the drill kills one member)."""
+    svc = tmp_path / "svc"
+    env = {**os.environ, "FLAKEKIT_SVC_DIR": str(svc)}
+    subprocess.run(["bash", str(SCRIPT), "cluster-start"], check=True, timeout=300, env=env)
+    try:
+        endpoints = read_env(svc).get("ETCD_CLUSTER_ENDPOINTS", "")
+        assert endpoints
+        yield endpoints, svc
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "cluster-stop"], check=False, timeout=60, env=env)
+
+
+@pytest.mark.slow
+def test_leader_change_is_no_false_loss(own_cluster):
+    """Kill the leader the membership talks to (listed first), DEFAULT lease (10 s): the
+    renewals move to another member, the lease survives the election (same incarnation,
+    no LeaseLostError, the member key alive on the new leader), the deadline never
+    lapses, and the view epoch is still read."""
+    endpoints, svc = own_cluster
+    leader = _leader(endpoints)
+    rest = [e for e in endpoints.split(",") if e != leader]
+    m = EtcdMembership(",".join([leader, *rest]), MonotonicClock(), root="/leader-drill")
+    target = MemberTarget(lambda reason: None)
+    keeper: LeaseKeeper[MemberLease] = LeaseKeeper(
+        source=MemberSource(m, lambda epoch: None),
+        request=JoinRequest("c", Member("n1", "http://n1:1")), clock=MonotonicClock(),
+        events=MemberEvents(lambda: None), on_lease_lost="stop")
+    try:
+        lease0 = keeper.start(target)
+        assert m.propose("c", 0, [lease0.member]) is not None
+        killed_at = time.monotonic()
+        os.kill(_member_pid(svc, leader), signal.SIGKILL)
+        lapsed = False
+        recovered = None
+        tries = 0
+        while time.monotonic() - killed_at < 20:   # renew through the election
+            if time.monotonic_ns() >= target.deadline_ns:
+                lapsed = True
+            tries += 1
+            if keeper.renew_once():
+                recovered = time.monotonic() - killed_at
+                break
+            time.sleep(0.05)
+        assert recovered is not None, "no renewal succeeded within 20 s of the leader's death"
+        assert keeper.lost is None and not lapsed
+        lease = keeper.lease
+        assert lease is not None and lease.epoch == lease0.epoch and lease.view_epoch == 1
+        alive = json.loads(etcdctl(",".join(rest), "lease", "timetolive",
+                                   f"{m.lease_of(lease):x}", "-w", "json"))
+        assert int(alive["ttl"]) > 0
+        kv = get_json(",".join(rest), member_key("/leader-drill", "c", "n1"))
+        assert kv is not None and int(kv["create_revision"]) == lease.epoch
+        print(f"\nleader change: killed {leader}; first good renewal {recovered:.2f} s after "
+              f"({tries} tries, {keeper.renew_failures} failed), no loss")
+    finally:
+        keeper.close()
+        m.close()
+
+
+# -- errors and registration --------------------------------------------------------------------
+def test_unreachable_endpoints_fail_in_one_line():
+    m = EtcdMembership("127.0.0.1:1", MonotonicClock(), connect_timeout_s=0.5)
+    try:
+        for call in (lambda: m.acquire(request("c")), lambda: m.view("c"),
+                     lambda: m.members("c"), lambda: m.propose("c", 0, [Member("a")])):
+            with pytest.raises(BackendError) as caught:
+                call()
+            message = str(caught.value)
+            assert "127.0.0.1:1" in message and "\n" not in message, message
+    finally:
+        m.close()
+    with pytest.raises(BackendError, match="closed"):
+        m.view("c")
+
+
+def test_bad_names_are_refused_before_etcd():
+    m = EtcdMembership("127.0.0.1:1", MonotonicClock(), connect_timeout_s=0.5)
+    with pytest.raises(ValueError, match="cluster"):
+        m.view("a/b")
+    with pytest.raises(ValueError, match="node"):
+        m.acquire(JoinRequest("c", Member("x/y"), 4.0))
+    with pytest.raises(ValueError, match="weight"):
+        m.acquire(JoinRequest("c", Member("x", weight=0), 4.0))
+    m.close()
+
+
+def _config(membership: dict[str, Any], lease: str = "10s"):
+    return parse_config({
+        "backends": {"default": {"url": "sqlite:///ids.db"}},
+        "generators": {"orders": {"strategy": "segment", "order": "strict"}},
+        "cluster": {"name": "ids", "advertise": "http://10.0.0.5:8080", "lease": lease,
+                    "membership": membership},
+    })
+
+
+@pytest.fixture
+def plugin_host() -> PluginHost:
+    return PluginHost().load()
+
+
+def test_registered_as_membership_etcd(plugin_host, etcd_endpoints, tmp_path, monkeypatch):
+    """``[cluster] membership = {type = "etcd", ...}`` builds an EtcdMembership (nothing
+    connected) with the settings given; it grants leases in whole seconds."""
+    monkeypatch.chdir(tmp_path)
+    assert "etcd" in plugin_host.memberships.names()
+    kit = build_kit(_config({"type": "etcd", "endpoints": etcd_endpoints, "root": "/fk-reg",
+                             "ttl": "6s", "safety_window": "1s", "watch": False}),
+                    plugin_host)
+    try:
+        m = kit.membership
+        assert isinstance(m, EtcdMembership) and m._session is None
+        assert (m.endpoints, m.root, m.ttl_s, m.safety_window_ns, m.watch) == (
+            etcd_endpoints, "/fk-reg", 6, NS, False)
+        assert m.lease_granularity == 1.0
+    finally:
+        kit.close()
+
+
+def test_endpoints_default_to_the_environment(plugin_host, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ETCD_ENDPOINTS", "10.1.2.3:2379")
+    kit = build_kit(_config({"type": "etcd"}), plugin_host)
+    try:
+        assert kit.membership.endpoints == "10.1.2.3:2379"
+    finally:
+        kit.close()
+
+
+@pytest.mark.parametrize(("settings", "lease", "message"), [
+    ({"ttl": "1s"}, "10s", r"^cluster\.membership\.ttl: 'ttl' must be at least 2s"),
+    ({"ttl": "2500ms"}, "10s", r"^cluster\.membership\.ttl: 'ttl' must be whole seconds"),
+    ({"ttl": "4s", "safety_window": "2s"}, "10s",
+     r"^cluster\.membership\.safety_window: 'safety_window' must be less than half"),
+    ({"endpoints": "nohost:"}, "10s", r"^cluster\.membership\.endpoints: 'endpoints' "),
+    ({"username": "u"}, "10s", r"^cluster\.membership\.password: 'password' must be set too"),
+    ({"tll": "4s"}, "10s", r"^cluster\.membership\.tll: unknown key; .*did you mean 'ttl'\?"),
+    ({}, "2s", r"^cluster\.lease: 2s is less than 3 x the lease granularity of membership "
+               r"'etcd' \(1s\)"),
+], ids=["ttl-floor", "ttl-whole", "safety", "endpoints", "auth", "typo", "granularity"])
+def test_bad_settings_fail_in_one_line(plugin_host, tmp_path, monkeypatch, settings, lease,
+                                       message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=message) as caught:
+        build_kit(_config({"type": "etcd", **settings}, lease=lease), plugin_host)
+    assert "\n" not in str(caught.value)
+
+
+def test_settings_cross_checks_name_their_field():
+    with pytest.raises(FieldError) as caught:
+        EtcdMembershipSettings(ttl="4s", safety_window="3s")
+    assert caught.value.field == "safety_window"
+
+
+def test_a_safety_window_over_half_the_granted_ttl_is_refused(make, ns):
+    """A configured window that leaves less than half the granted TTL: refused at the
+    join (the lease it granted is revoked)."""
+    with pytest.raises(ValueError, match="safety_window"):
+        make(safety_window_ns=2 * NS).acquire(request(ns, lease_s=3.0))
+
+
+def test_watch_threads_end(make, ns):
+    """Stopping a watch (or closing) leaves no watch thread behind for long."""
+    m = make()
+    m.watch_view(ns, lambda: None)
+    time.sleep(0.2)
+    m.close()
+    wait_until(lambda: not any(t.name == f"flakekit-etcd-view-{ns}" and t.is_alive()
+                               for t in threading.enumerate()), 5)

@@ -1,0 +1,228 @@
+"""Cluster mode over HTTP: strict keys served through the node's ``ClusterNode``.
+
+A strict key has one owner in the view. On the owner the request is served (in a worker
+thread: a key that is moving may hold the request up to ``handoff_wait``, and the event
+loop must keep serving every other key meanwhile); every ID answer carries
+``X-Flakekit-Owner-Epoch``. On another node:
+
+* a request with ``X-Flakekit-View-Epoch`` (a flakekit client that routes by itself)
+  gets **421** ``{owner, advertise, epoch}``: it updates its view and retries there;
+* a request with ``X-Flakekit-Forwarded-By`` (already forwarded once) gets **503** with
+  ``Retry-After``: never a second hop, whatever the views say;
+* any other request is forwarded once to the owner, whose answer is relayed unchanged.
+
+A moving key or a lapsed membership is a 503 with ``Retry-After``; nothing is served
+that the runtime refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import logging
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from flakekit.plugin import LATENCY_BUCKETS_S as HANDOFF_BUCKETS_S
+from flakekit.plugin import ClusterUnavailableError, KeyMovingError, NotOwnerError
+from flakekit_server.forward import OWNER_EPOCH, Forwarder, ForwardError
+
+__all__ = ["REFUSAL_REASONS", "ClusterHttp", "Hints", "epoch_header"]
+
+#: why a strict-key request got a 503 (the label of flakekit_cluster_refused_total)
+REFUSAL_REASONS = ("key_moving", "cluster_unavailable", "forwarded_not_owner",
+                   "owner_unreachable")
+log = logging.getLogger("flakekit.server")
+#: worker threads serving strict keys per process (each holds at most handoff_wait)
+STRICT_THREADS = 16
+
+
+class Hints:
+    """The cluster headers of one request (absent on almost every request: None)."""
+
+    __slots__ = ("forwarded_by", "view_epoch")
+
+    def __init__(self) -> None:
+        self.forwarded_by: bytes | None = None
+        self.view_epoch: bytes | None = None
+
+
+def _retry_after(seconds: float) -> bytes:
+    return b"Retry-After: %d\r\n" % max(1, math.ceil(seconds))
+
+
+def epoch_header(epoch: int) -> bytes:
+    return b"%s: %d\r\n" % (OWNER_EPOCH, epoch)
+
+
+class ClusterHttp:
+    """What the HTTP side of one node adds to its ``ClusterNode``: the worker threads,
+    the forwarder and the counters ``/metrics`` shows."""
+
+    def __init__(self, node: Any, forward_timeout: float | None = None,
+                 refresh: float = 1.0) -> None:
+        self.node = node
+        settings = node.settings
+        self.name = str(settings.node)
+        # the owner may hold a forwarded request up to its handoff_wait, then answers 503
+        self.forwarder = Forwarder(self.name, forward_timeout or settings.handoff_wait + 3.0)
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self.forwards: Counter[str] = Counter({"ok": 0, "failed": 0})
+        self.misdirected = 0
+        self.refused: Counter[str] = Counter(dict.fromkeys(REFUSAL_REASONS, 0))
+        # status() reads the membership store: never on the event loop. A thread keeps a
+        # copy for /metrics, /ready and the monitor page; /api/v1/cluster reads it afresh
+        # in a worker thread
+        self._status: dict[str, Any] = {}
+        self._stats: dict[str, Any] = {}
+        self._handoffs_seen = 0
+        self.handoff_buckets = [0] * (len(HANDOFF_BUCKETS_S) + 1)
+        self.handoff_sum_ms = 0.0
+        self.handoff_count = 0
+        self._stop = threading.Event()
+        self._refresh()
+        self._thread = threading.Thread(target=self._refresher, args=(refresh,), daemon=True,
+                                        name="flakekit-server-cluster")
+        self._thread.start()
+
+    def _refresher(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self._refresh()
+            except Exception:  # noqa: BLE001 - the pages show the last good copy
+                log.exception("reading the cluster status failed")
+
+    def _refresh(self) -> None:
+        status = self._safe_status()
+        try:
+            stats = dict(self.node.stats())
+        except Exception:  # noqa: BLE001
+            stats = {}
+        done = int(stats.get("handoffs", 0) or 0)
+        new = done - self._handoffs_seen
+        if new > 0:   # the runtime keeps the newest durations: add the new ones once
+            recent = list(stats.get("handoff_ms") or [])[-new:] if new else []
+            for ms in recent:
+                self.handoff_buckets[bisect.bisect_left(HANDOFF_BUCKETS_S, ms / 1e3)] += 1
+                self.handoff_sum_ms += ms
+                self.handoff_count += 1
+            self._handoffs_seen = done
+        self._status, self._stats = status, stats
+
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(STRICT_THREADS,
+                                                    thread_name_prefix="flakekit-server-strict")
+        return self._pool
+
+    def is_strict(self, key: str) -> bool:
+        try:
+            return bool(self.node.is_strict(key))
+        except Exception:  # noqa: BLE001 - an unknown key is not strict
+            return False
+
+    async def serve(
+        self, work: Callable[[], tuple[Any, ...]], method: bytes, url: bytes,
+        authorization: bytes | None, hints: Hints | None, route: str,
+        error: Callable[..., Any],
+    ) -> Any:
+        """Run ``work`` (which calls the node's ``next_id``/``next_ids``) off the loop and
+        turn the runtime's refusals into answers; ``error(status, code, message, headers)``
+        builds an error answer in the endpoint's form; a 421 names the owner in JSON."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self.pool(), work)
+        except NotOwnerError as exc:
+            return await self._not_owner(exc, method, url, authorization, hints, route, error)
+        except KeyMovingError as exc:
+            self.refused["key_moving"] += 1
+            return error(503, "key_moving", str(exc), _retry_after(exc.retry_after))
+        except ClusterUnavailableError as exc:
+            self.refused["cluster_unavailable"] += 1
+            return error(503, "cluster_unavailable", str(exc), _retry_after(exc.retry_after))
+
+    async def _not_owner(self, exc: NotOwnerError, method: bytes, url: bytes,
+                         authorization: bytes | None, hints: Hints | None, route: str,
+                         error: Callable[..., Any]) -> Any:
+        owner = exc.owner
+        node = getattr(owner, "node", None) or str(owner or "")
+        advertise = getattr(owner, "advertise", "") or ""
+        if hints is not None and hints.forwarded_by is not None:
+            self.refused["forwarded_not_owner"] += 1
+            by = hints.forwarded_by.decode("latin-1")[:64]
+            return error(503, "not_owner", f"forwarded by {by!r}, but this node does not own "
+                         f"the key either (it sees owner {node!r} at view epoch {exc.epoch}); "
+                         "the views are changing: retry", _retry_after(1.0))
+        if hints is not None and hints.view_epoch is not None:
+            self.misdirected += 1
+            body = json.dumps({
+                "error": "misdirected", "status": 421, "owner": node, "advertise": advertise,
+                "epoch": exc.epoch,
+                "message": f"node {self.name!r} does not own the key: {node!r} at {advertise} "
+                           f"does in view epoch {exc.epoch}"}).encode()
+            return 421, b"application/json", body, b"", route
+        if not advertise or node == self.name:
+            self.refused["owner_unreachable"] += 1
+            return error(503, "owner_unreachable", f"the owner {node!r} has no advertise URL",
+                         _retry_after(1.0))
+        try:
+            relayed = await self.forwarder.forward(advertise, method, url, authorization)
+        except ForwardError as fexc:
+            self.forwards["failed"] += 1
+            self.refused["owner_unreachable"] += 1
+            return error(503, "owner_unreachable", f"forwarding to the owner {node!r} failed: "
+                         f"{fexc}", _retry_after(1.0))
+        self.forwards["ok"] += 1
+        status, ctype, body, headers = relayed
+        return status, ctype, body, headers, route
+
+    def _safe_status(self) -> dict[str, Any]:
+        try:
+            status = self.node.status()
+        except Exception:  # noqa: BLE001 - status for pages only
+            return {}
+        return dict(status) if isinstance(status, dict) else {}
+
+    def public_status(self) -> dict[str, Any]:
+        """``GET /api/v1/cluster``: the view clients route by (no claim internals). Reads
+        the membership store: call it off the event loop."""
+        status = self._safe_status()
+        if status:
+            self._status = status
+        out = {k: status.get(k) for k in ("cluster", "node", "epoch", "hash", "members",
+                                           "owners", "lease")}
+        out["members"] = [
+            {f: m.get(f) for f in ("node", "advertise", "weight", "state")}
+            for m in (out.get("members") or []) if isinstance(m, dict)]
+        out["owners"] = dict(out.get("owners") or {})
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        """Status, the runtime's counters and this server's (for /metrics and the page):
+        the copy the refresher thread keeps, at most a second old."""
+        stats = self._stats
+        return {
+            "status": self._status,
+            "handoffs": int(stats.get("handoffs", 0) or 0),
+            "handoff_buckets": list(self.handoff_buckets),
+            "handoff_sum_ms": self.handoff_sum_ms,
+            "handoff_count": self.handoff_count,
+            "runtime": {k: v for k, v in stats.items() if isinstance(v, (int, float))},
+            "forwards": dict(self.forwards),
+            "misdirected": self.misdirected,
+            "refused": dict(self.refused),
+        }
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.forwarder.close()

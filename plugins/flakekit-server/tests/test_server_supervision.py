@@ -1,0 +1,90 @@
+"""A worker process that keeps failing to start is visible (issue 9 item 4, issue 10 item 6).
+
+`flakekit serve --workers 2` on a layout with one worker bit (two worker ids, both leased
+by the two processes). Process 1 is killed with SIGKILL, so its lease stays held until the
+reclaim tiers free it (1 h by default): every restart fails with "all 2 worker ids are
+held". Meanwhile process 0 serves, and its /ready must be 503, its /metrics and the
+monitor's status must show 2 expected, 1 running and the restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+from server_testing import CHROMIUM, Server, chromium, run_cli
+
+CONFIG = """\
+[backends.main]
+url = "sqlite:///{db}"
+
+[layouts.two-workers]
+fields = [["time", 41], ["worker", 1], ["sequence", 21]]
+epoch = "2024-01-01T00:00:00Z"
+
+[generators.orders]
+strategy = "snowflake"
+layout = "two-workers"
+allocator = {{ type = "sql", backend = "main" }}
+"""
+
+
+def _metric(text: str, name: str, labels: str = "") -> float:
+    match = re.search(rf"^{re.escape(name + labels)} (\S+)$", text, re.M)
+    assert match, f"{name}{labels} not in /metrics"
+    return float(match.group(1))
+
+
+def test_failing_worker_turns_ready_503_and_shows_in_metrics(tmp_path):
+    config = tmp_path / "flakekit.toml"
+    config.write_text(CONFIG.format(db=tmp_path / "ids.db"))
+    assert run_cli("db", "init", "--config", str(config)).returncode == 0
+    server = Server(config, "--workers", "2", tmp=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # both processes have published their first snapshot
+            status, data = server.json("/api/v1/status")
+            pids = {p["process"]: p["pid"] for p in data["processes"]}
+            if status == 200 and len(pids) == 2 and data["ready"]:
+                break
+            assert time.monotonic() < deadline, data
+            time.sleep(0.2)
+        assert data["supervision"]["expected"] == 2 and data["supervision"]["running"] == 2
+        assert _metric(server.get("/metrics")[2].decode(), "flakekit_server_processes_running") == 2
+
+        os.kill(pids[1], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while True:
+            status, ready = server.json("/ready")
+            text = " ".join(ready["problems"])
+            if status == 503 and "process 1 is not running" in text and "worker ids" in text:
+                break
+            assert time.monotonic() < deadline, ready
+            time.sleep(0.3)
+        assert ready["expected"] == 2 and ready["running"] == 1
+        status, _, body = server.get("/api/snowflake/get/orders")
+        assert status == 200 and body.isdigit()  # process 0 keeps serving
+
+        metrics = server.get("/metrics")[2].decode()
+        assert _metric(metrics, "flakekit_server_processes_expected") == 2
+        assert _metric(metrics, "flakekit_server_processes_running") == 1
+        assert _metric(metrics, "flakekit_server_process_running", '{process="1"}') == 0
+        assert _metric(metrics, "flakekit_server_process_restarts_total", '{process="1"}') >= 1
+        assert _metric(metrics, "flakekit_server_ready", '{process="0"}') == 1
+
+        status, data = server.json("/api/v1/status")  # what the monitor page shows
+        sup = data["supervision"]
+        assert not data["ready"] and sup["running"] == 1 and sup["restarts"] >= 1
+        proc1 = sup["processes"][1]
+        assert not proc1["running"] and "worker ids" in proc1["last_error"]
+        if CHROMIUM is not None:  # what a person sees (chromium: scripts/install-browser.sh)
+            result = chromium(tmp_path, "--dump-dom", f"http://127.0.0.1:{server.port}/")
+            assert result.returncode == 0, result.stderr[-2000:]
+            dom = result.stdout
+            assert 'class="badge bad">not ready<' in dom
+            assert re.search(r"1 of 2 process\(es\) running, [1-9]\d* restart\(s\)", dom), dom[:3000]
+            assert "process 1 is not running" in dom
+    finally:
+        assert server.stop() == 0, server.log()

@@ -1,0 +1,22 @@
+"""ZooKeeper settings' cross-field checks name their field with ``FieldError`` (issue 11
+item 5), so the config error's path comes from the error, not from its message text."""
+
+from __future__ import annotations
+
+import pytest
+from flakekit_zookeeper import ZooKeeperSettings
+
+from flakekit.plugin import FieldError
+
+
+@pytest.mark.parametrize(("table", "field"), [
+    ({"session_timeout": "4s", "safety_window": "3s"}, "safety_window"),
+    ({"session_timeout": "0.5s"}, "session_timeout"),
+    ({"name": "a/b"}, "name"),
+    ({"ip": "not-an-ip"}, "ip"),
+], ids=["safety", "session-floor", "name", "ip"])
+def test_config_checks_raise_field_error(table, field):
+    with pytest.raises(FieldError) as info:
+        ZooKeeperSettings(**table)
+    assert info.value.field == field
+    assert info.value.message.startswith(f"'{field}' must")  # the text users saw before

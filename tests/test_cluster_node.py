@@ -1,0 +1,596 @@
+"""ClusterNode on the in-memory cluster store: joining, the view, owner routing, planned
+and crash hand-off, a cut store, drain, and the tidb bug history (#52600, #46444).
+
+Most tests drive the nodes by hand (``threads=False``, a manual clock shared with the
+store), so every step is deterministic; the last one runs real threads across hand-offs
+and checks I1 (no duplicate) and I2 (per-key real-time order).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from flakekit.cluster.membership import KeyClaim
+from flakekit.cluster.node import HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE, ClusterNode
+from flakekit.cluster.settings import ClusterSettings
+from flakekit.errors import (
+    ClusterError,
+    ClusterUnavailableError,
+    FieldError,
+    KeyMovingError,
+    NotOwnerError,
+)
+from flakekit.generators.segment import SegmentSettings
+from flakekit.testing import ManualClock
+from flakekit.testing.memory_cluster import MemoryClusterStore
+from flakekit.values.clock import MonotonicClock
+from flakekit.values.cluster import Member
+from flakekit.values.owners import owner_of
+
+LEASE = 3.0
+WAIT = LEASE + max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE * LEASE)
+KEYS = [f"k{i}" for i in range(12)]
+SEGMENTS = SegmentSettings(wait_budget="200ms")
+
+
+class Harness:
+    """Nodes on one memory store and one manual clock; ``tick()`` is a round of upkeep."""
+
+    def __init__(self, *, renew_lapsed: bool = False, handoff_wait: float = 0.0,
+                 lapse_means_stopped: bool = False) -> None:
+        self.clock = ManualClock()
+        self.store = MemoryClusterStore(self.clock, renew_lapsed=renew_lapsed,
+                                        lapse_means_stopped=lapse_means_stopped)
+        self.nodes: dict[str, ClusterNode] = {}
+        self.handoff_wait = handoff_wait
+        for key in KEYS:
+            self.store.add_key(key, step=100)
+
+    def add(self, name: str, weight: int = 1, lease: float = LEASE) -> ClusterNode:
+        node = ClusterNode(
+            ClusterSettings("c", name, f"http://{name}:8080", weight=weight, lease=lease,
+                            handoff_wait=self.handoff_wait, debounce=0.5),
+            self.store.membership(name), self.clock, threads=False)
+        for key in KEYS:
+            node.add_strict(key, self.store.fence(name), SEGMENTS)
+        self.nodes[name] = node.start()
+        return node
+
+    def tick(self, seconds: float = 0.0, *, skip: tuple[str, ...] = ()) -> None:
+        self.clock.advance(seconds)
+        for name, node in self.nodes.items():
+            if name not in skip:
+                node.upkeep()
+
+    def settle(self, *, skip: tuple[str, ...] = ()) -> None:
+        """Enough rounds for a view proposal (after debounce) and the claims after it."""
+        for _ in range(4):
+            self.tick(0.6, skip=skip)
+
+    def owner(self, key: str, via: str | None = None) -> ClusterNode:
+        node = self.nodes[via or next(iter(self.nodes))]
+        return self.nodes[node.owner(key).node]
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.close()
+
+
+@pytest.fixture
+def cluster():
+    h = Harness()
+    yield h
+    h.close()
+
+
+# -- settings -----------------------------------------------------------------------------
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"weight": 0}, "weight"), ({"weight": 65}, "weight"), ({"weight": True}, "weight"),
+    ({"lease": 0}, "lease"), ({"lease": "soon"}, "lease"), ({"handoff_wait": -1}, "handoff_wait"),
+    ({"debounce": -0.1}, "debounce"), ({"node": ""}, "node"), ({"name": 7}, "name"),
+    ({"advertise": "10.0.0.5:8080"}, "advertise"),
+])
+def test_settings_refuse_bad_fields_in_one_line(kwargs, field):
+    """Each bad field is refused with a one-line message naming it."""
+    args = {"name": "c", "node": "n1"} | kwargs
+    with pytest.raises(FieldError) as err:
+        ClusterSettings(**args)
+    assert err.value.field == field
+    assert field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_settings_take_durations():
+    """Durations read as seconds or as duration strings."""
+    s = ClusterSettings("c", "n1", lease="1500ms", handoff_wait="2s", debounce=0)
+    assert (s.lease, s.handoff_wait, s.debounce, s.weight) == (1.5, 2.0, 0.0, 1)
+
+
+# -- joining and the view -----------------------------------------------------------------
+def test_first_node_joins_and_proposes_the_first_view_at_once(cluster):
+    """An empty view needs no debounce: the first node is routable right after start."""
+    a = cluster.add("a")
+    view = cluster.store.membership("x").view("c")
+    assert view.epoch == 1 and view.nodes() == ("a",)
+    assert a.status()["epoch"] == 1
+    assert {a.owner(k).node for k in KEYS} == {"a"}
+    assert a.next_id("k0") == (1, 1)
+
+
+def test_view_change_is_proposed_once_after_the_debounce(cluster):
+    """Several nodes see the same difference; after the debounce one CAS wins and every
+    node ends on the same view."""
+    cluster.add("a")
+    cluster.add("b")
+    cluster.add("c")
+    cluster.tick(0.2)
+    assert cluster.store.membership("x").view("c").nodes() == ("a",)  # still debouncing
+    cluster.settle()
+    view = cluster.store.membership("x").view("c")
+    assert view.nodes() == ("a", "b", "c")
+    assert {n.status()["epoch"] for n in cluster.nodes.values()} == {view.epoch}
+    won = sum(n.stats()["proposals"] - n.stats()["proposals_lost"] for n in cluster.nodes.values())
+    assert won == view.epoch   # every epoch was written by exactly one proposal
+
+
+def test_owner_routing_and_not_owner_refusal(cluster):
+    """The owner serves (with its claim epoch); any other node refuses naming the owner."""
+    for name in "abc":
+        cluster.add(name)
+    cluster.settle()
+    epoch = cluster.nodes["a"].status()["epoch"]
+    for key in KEYS:
+        owner = cluster.owner(key)
+        value, claim_epoch = owner.next_id(key)
+        assert claim_epoch <= epoch and value >= 1
+        batch, claim_epoch2 = owner.next_ids(key, 5)
+        assert claim_epoch2 == claim_epoch and list(batch)[0] > value
+        for other in cluster.nodes.values():
+            if other is not owner:
+                with pytest.raises(NotOwnerError) as err:
+                    other.next_id(key)
+                assert err.value.owner == owner.member and err.value.epoch == epoch
+    assert len({cluster.owner(k).member.node for k in KEYS}) > 1   # the keys are spread
+    status = cluster.nodes["b"].status()
+    assert status["hash"] == "hrw-xxh64-v1" and set(status["owners"]) >= set(KEYS)
+    assert {m["state"] for m in status["members"]} == {"alive"}
+
+
+def test_a_key_that_is_not_strict_is_refused(cluster):
+    a = cluster.add("a")
+    assert a.is_strict("k0") and not a.is_strict("nope")
+    with pytest.raises(ClusterError, match="not a strict key"):
+        a.next_id("nope")
+
+
+def test_a_resolver_makes_every_matching_key_strict(cluster):
+    """add_strict(function): keys it accepts are strict, claimed on first use."""
+    cluster.store.add_key("orders.eu", step=10)
+    a = cluster.add("a")
+    a.add_strict(lambda key: key.startswith("orders."), cluster.store.fence("a"), SEGMENTS)
+    assert a.is_strict("orders.eu") and not a.is_strict("users")
+    assert a.next_id("orders.eu") == (1, 1)
+    assert a.status()["claims"]["orders.eu"] == {"epoch": 1, "state": "owned"}
+
+
+# -- hand-off -----------------------------------------------------------------------------
+def _served(cluster, keys=KEYS):
+    return {key: cluster.owner(key).next_id(key)[0] for key in keys}
+
+
+def test_planned_handoff_by_drain_moves_every_key_without_waiting(cluster):
+    """Drain: the old owner stops, gives back and releases; the new owners claim at once
+    (no lease wait) and continue above everything served before."""
+    for name in "abc":
+        cluster.add(name)
+    cluster.settle()
+    before = _served(cluster)
+    a = cluster.nodes["a"]
+    moving = [k for k in KEYS if cluster.owner(k) is a]
+    assert moving
+    view = a.drain()
+    assert "a" not in view.nodes()
+    assert cluster.store.membership("x").members("c")[0].state == "draining"
+    cluster.tick(0.0)   # no time passes: a planned hand-off needs no lease wait
+    cluster.tick(0.0)
+    after = _served(cluster)
+    for key in KEYS:
+        assert after[key] > before[key]
+        assert cluster.owner(key) is not a
+    for key in moving:
+        with pytest.raises(NotOwnerError):
+            a.next_id(key)
+        row = cluster.store.owner_row(key)
+        assert row is not None and row.node != "a" and not row.released
+    assert a.status()["claims"][moving[0]]["state"] == "idle"
+    assert sum(n.stats()["handoffs"] for n in cluster.nodes.values()) >= len(KEYS) + len(moving)
+
+
+def test_crash_handoff_waits_lease_plus_margin(cluster):
+    """A dead owner never releases: the new owner claims only after lease + margin on its
+    own clock since it first saw itself the owner; meanwhile the key is moving and keys
+    that do not move are served as before."""
+    for name in "ab":
+        cluster.add(name)
+    cluster.settle()
+    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    mine_a = [k for k in KEYS if cluster.owner(k) is a]
+    mine_b = [k for k in KEYS if cluster.owner(k) is b]
+    assert mine_a and mine_b
+    before = _served(cluster)
+    # a dies (stops renewing); b proposes a view without it once its lease lapses
+    seen_at = None
+    waited = 0.0
+    while seen_at is None:
+        cluster.tick(0.25, skip=("a",))
+        waited += 0.25
+        if b.status()["epoch"] > a.status()["epoch"]:
+            seen_at = cluster.clock.monotonic_ns()
+        assert waited < 2 * LEASE
+        for key in mine_b:   # not moving: unaffected all along
+            b.next_id(key)
+    key = mine_a[0]
+    with pytest.raises(KeyMovingError) as err:
+        b.next_id(key)
+    assert 0 < err.value.retry_after <= WAIT
+    # up to just short of lease + margin: still moving (b renews all along)
+    while cluster.clock.monotonic_ns() + 0.3e9 < seen_at + WAIT * 1e9:
+        cluster.tick(0.25, skip=("a",))
+        with pytest.raises(KeyMovingError):
+            b.next_id(key)
+    # after it: claimed with waited=True, above all the dead owner served
+    cluster.tick(0.3, skip=("a",))
+    value, epoch = b.next_id(key)
+    assert value > before[key] and epoch == b.status()["epoch"]
+    assert cluster.clock.monotonic_ns() - seen_at >= WAIT * 1e9
+    # the "dead" node, should it wake up, serves nothing: its deadline is long gone
+    with pytest.raises(ClusterUnavailableError):
+        a.next_id(key)
+    assert b.stats()["refused_moving"] >= 2
+
+
+def test_crash_handoff_waits_the_dead_owners_longer_lease(cluster):
+    """Nodes configured with different leases: a short-lease node that takes a crashed
+    long-lease owner's key waits out the owner's lease (which it read from the member
+    record), not its own, so the old owner has stopped before the new one serves."""
+    long_lease = 4 * LEASE
+    cluster.add("a", lease=long_lease)
+    cluster.add("b")
+    cluster.settle()
+    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    key = next(k for k in KEYS if cluster.owner(k) is a)
+    a.next_id(key)
+    deadline_a = a._keeper.lease.deadline_ns   # the last instant a may serve
+    seen_at = None
+    while seen_at is None:   # a stops renewing; its record lapses; b proposes without it
+        cluster.tick(0.25, skip=("a",))
+        if b.status()["epoch"] > a.status()["epoch"]:
+            seen_at = cluster.clock.monotonic_ns()
+    own_wait = WAIT * 1e9
+    while cluster.clock.monotonic_ns() < seen_at + own_wait + 1e9:   # past b's own wait
+        cluster.tick(0.25, skip=("a",))
+        with pytest.raises(KeyMovingError):
+            b.next_id(key)
+    for _ in range(200):
+        cluster.tick(0.25, skip=("a",))
+        try:
+            b.next_id(key)
+            break
+        except KeyMovingError:
+            continue
+    assert cluster.clock.monotonic_ns() > deadline_a
+    assert cluster.clock.monotonic_ns() - seen_at >= long_lease * 1e9
+
+
+@pytest.mark.parametrize("renew_lapsed", [False, True])
+def test_crash_handoff_is_at_once_where_a_lapsed_record_proves_the_owner_stopped(renew_lapsed):
+    """On a store whose lapsed record proves its holder's deadline has passed (SQL,
+    ZooKeeper), the new owner takes a crashed owner's key as soon as the view moves,
+    without waiting lease + margin again; the dead owner's own deadline is already over,
+    and should it wake and renew, it serves nothing under its old claim."""
+    h = Harness(lapse_means_stopped=True, renew_lapsed=renew_lapsed)
+    try:
+        for name in "ab":
+            h.add(name)
+        h.settle()
+        a, b = h.nodes["a"], h.nodes["b"]
+        key = next(k for k in KEYS if h.owner(k) is a)
+        served = a.next_id(key)[0]
+        deadline_a = a._keeper.lease.deadline_ns
+        seen_at = None
+        while seen_at is None:
+            h.tick(0.25, skip=("a",))
+            if b.status()["epoch"] > a.status()["epoch"]:
+                seen_at = h.clock.monotonic_ns()
+        h.tick(0.05, skip=("a",))   # one round: the claim
+        value, epoch = b.next_id(key)
+        assert value > served and epoch == b.status()["epoch"]
+        assert h.clock.monotonic_ns() > deadline_a        # a had stopped
+        assert h.clock.monotonic_ns() - seen_at < WAIT * 1e9 / 2   # no second lease wait
+        # a wakes up: whatever its store allows, it never serves the key again
+        h.tick(0.05)
+        with pytest.raises((ClusterUnavailableError, NotOwnerError, KeyMovingError)):
+            a.next_id(key)
+        after, _ = b.next_id(key)
+        assert after > value
+    finally:
+        h.close()
+
+
+def test_store_cut_serves_until_the_deadline_then_refuses(cluster):
+    """Cut off from the store, an owner serves from memory until its member deadline,
+    then refuses with ClusterUnavailableError (never a stale ID); once the store is back
+    it rejoins and serves above everything before."""
+    a = cluster.add("a")
+    key = "k0"
+    first, _ = a.next_id(key)
+    cluster.store.cut("a")
+    last = first
+    deadline_in = a.status()["lease"]["remaining_s"]
+    assert deadline_in is not None and 0 < deadline_in <= LEASE
+    t = 0.0
+    while t + 0.5 < deadline_in:
+        cluster.tick(0.5)
+        t += 0.5
+        value, _ = a.next_id(key)   # no I/O on the hot path
+        assert value > last
+        last = value
+    cluster.tick(deadline_in - t)
+    with pytest.raises(ClusterUnavailableError) as err:
+        a.next_id(key)
+    assert "lease" in str(err.value) and err.value.retry_after > 0
+    with pytest.raises(ClusterUnavailableError):
+        a.next_ids(key, 3)
+    assert a.stats()["refused_unavailable"] >= 2
+    cluster.store.restore("a")
+    cluster.tick(LEASE)    # the lapsed lease is lost: the node joins again
+    cluster.tick(0.1)
+    value, _ = a.next_id(key)
+    assert value > last
+
+
+def test_drain_of_another_node_and_of_the_last_node(cluster):
+    """Any node can drain another; draining the last serving node changes nothing."""
+    for name in "ab":
+        cluster.add(name)
+    cluster.settle()
+    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    view = a.drain("b")
+    assert view.nodes() == ("a",)
+    cluster.tick(0.0)
+    cluster.tick(0.0)
+    assert all(cluster.owner(k) is a for k in KEYS)
+    assert {k for k, c in b.status()["claims"].items() if c["state"] != "idle"} == set()
+    assert a.drain("a").nodes() == ("a",)   # nobody could take over
+    with pytest.raises(ClusterError, match="no member"):
+        a.drain("zz")
+
+
+def test_keys_that_do_not_move_keep_their_claim_and_segments(cluster):
+    """A node joining moves only some keys; the others keep their claim epoch and go on
+    counting through the same segment (no gap, no refusal)."""
+    for name in "ab":
+        cluster.add(name)
+    cluster.settle()
+    before = {k: cluster.owner(k).next_id(k) for k in KEYS}
+    owners_before = {k: cluster.owner(k).member.node for k in KEYS}
+    cluster.add("c")
+    cluster.settle()
+    stay = [k for k in KEYS if cluster.owner(k).member.node == owners_before[k]]
+    moved = [k for k in KEYS if k not in stay]
+    assert stay and moved
+    for key in stay:
+        value, epoch = cluster.owner(key).next_id(key)
+        assert (value, epoch) == (before[key][0] + 1, before[key][1])
+    for key in moved:
+        assert cluster.owner(key).next_id(key)[0] > before[key][0]
+
+
+def test_reclaim_never_reuses_an_old_segment():
+    """tidb #52600: a node that lost a key (it missed the views in between while paused)
+    and regained it must start from a fresh segment above what the interim owner
+    served, not count on through its old buffer."""
+    h = Harness(renew_lapsed=True)   # a store that lets a lapsed holder renew
+    try:
+        for name in "ab":
+            h.add(name)
+        h.settle()
+        a, b = h.nodes["a"], h.nodes["b"]
+        key = next(k for k in KEYS if h.owner(k) is a)
+        old, _ = a.next_id(key)
+        admin = h.store.membership("admin")
+        # a pauses; the view moves the key to b (epoch E+1)...
+        e = admin.view("c").epoch
+        admin.propose("c", e, [b.member])
+        h.tick(0.1, skip=("a",))
+        h.clock.advance(WAIT)
+        h.tick(0.1, skip=("a",))
+        interim, _ = b.next_id(key)
+        assert interim > old
+        # ... and back to a (E+2) before a wakes up: a sees E -> E+2, a gap
+        admin.propose("c", e + 1, [a.member, b.member])
+        h.tick(0.0, skip=("a",))
+        with pytest.raises(ClusterUnavailableError):   # woken, before any upkeep
+            a.next_id(key)
+        a.upkeep()
+        h.tick(0.0)
+        value, epoch = a.next_id(key)
+        assert value > interim, "reused the segment it held before losing the key"
+        assert epoch == e + 2
+        fetched = [ev for ev in h.store.events if ev.kind == "fetch" and ev.key == key]
+        assert [ev.node for ev in fetched][-1] == "a"
+    finally:
+        h.close()
+
+
+def test_a_deposed_owner_closing_lowers_nothing(cluster):
+    """tidb #46444: an owner whose claim was taken over gives back nothing on close(), even
+    where the max_id compare-and-set alone would let it."""
+    a = cluster.add("a")
+    key = "k0"
+    a.next_id(key)
+    top = cluster.store.max_id(key)
+    # another node takes the key over (as after waiting out a's lease), before fetching
+    assert cluster.store.fence("b").claim_key(KeyClaim(key, "b", 99), waited=True)
+    a.close()
+    assert cluster.store.max_id(key) == top
+    assert not [ev for ev in cluster.store.events if ev.kind == "give_back" and ev.key == key]
+
+
+def test_a_clean_close_gives_back_and_releases(cluster):
+    """The contrast: a current owner's close() returns its unused tail and releases, so
+    the next owner continues right after the last ID served."""
+    a = cluster.add("a")
+    value, _ = a.next_id("k0")
+    a.close()
+    assert cluster.store.max_id("k0") == value + 1
+    row = cluster.store.owner_row("k0")
+    assert row is not None and row.released
+    b = cluster.add("b")
+    cluster.settle()   # the view drops the node that left
+    assert b.next_id("k0")[0] == value + 1
+
+
+def test_waiting_callers_get_the_key_when_the_planned_handoff_lands():
+    """With handoff_wait, a caller at the new owner waits (on a condition) until the old
+    owner released, instead of failing."""
+    h = Harness(handoff_wait=5.0)
+    try:
+        for name in "ab":
+            h.add(name)
+        h.settle()
+        a, b = h.nodes["a"], h.nodes["b"]
+        key = next(k for k in KEYS if h.owner(k) is a)
+        before, _ = a.next_id(key)
+        a.drain()
+        b.upkeep()   # b applies the view; a has not released yet
+        got: list[int] = []
+        t = threading.Thread(target=lambda: got.append(b.next_id(key)[0]))
+        t.start()
+        time.sleep(0.05)
+        assert t.is_alive()    # waiting
+        a.upkeep()             # a releases
+        h.clock.advance(0.1)   # b's next claim attempt is due (it polls while waiting)
+        t.join(5)
+        assert got and got[0] > before
+    finally:
+        h.close()
+
+
+def test_membership_lost_to_another_incarnation_refuses_then_rejoins(cluster):
+    """A lease lost (the record lapsed on the store) revokes at once; the node rejoins."""
+    a = cluster.add("a")
+    first, _ = a.next_id("k0")
+    cluster.store.expire("c", "a")
+    a.upkeep()   # the renewal finds the lease lapsed: lost, then a new join
+    a.upkeep()
+    value, _ = a.next_id("k0")
+    assert value > first
+
+
+# -- concurrent callers across hand-offs (real clock, real threads) ----------------------------
+def test_concurrent_callers_across_handoffs_keep_i1_and_i2():
+    """Threads drawing through a routing client while the key moves back and forth:
+    no duplicate (I1), and a request that starts after another ended gets a larger ID (I2)."""
+    clock = MonotonicClock()
+    store = MemoryClusterStore(clock, renew_interval=0.1)
+    store.add_key("hot", step=50)
+    nodes: dict[str, ClusterNode] = {}
+    for name in "ab":
+        node = ClusterNode(ClusterSettings("c", name, f"http://{name}", lease=1.0,
+                                           handoff_wait=2.0, debounce=0.05),
+                           store.membership(name), clock)
+        node.add_strict("hot", store.fence(name), SegmentSettings(wait_budget="500ms"))
+        nodes[name] = node.start()
+    try:
+        deadline = time.monotonic() + 10
+        while nodes["a"].status()["epoch"] < 2 or nodes["b"].status()["epoch"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        records: list[tuple[int, int, int]] = []
+        lock = threading.Lock()
+        stop = threading.Event()
+
+        def client(i: int) -> None:
+            via = "ab"[i % 2]
+            while not stop.is_set():
+                start = time.perf_counter_ns()
+                try:
+                    value, _ = nodes[via].next_id("hot")
+                except NotOwnerError as exc:
+                    assert isinstance(exc.owner, Member)
+                    via = exc.owner.node
+                    continue
+                except (KeyMovingError, ClusterUnavailableError):
+                    continue
+                end = time.perf_counter_ns()
+                with lock:
+                    records.append((start, end, value))
+
+        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(6)]
+        for t in threads:
+            t.start()
+        admin = store.membership("admin")
+
+        def served_by(name: str) -> None:   # until the hand-off landed (no speed assumed)
+            until = time.monotonic() + 30
+            while nodes[name].status()["claims"].get("hot", {}).get("state") != "owned":
+                assert time.monotonic() < until, f"{name} never took the key over"
+                time.sleep(0.01)
+            time.sleep(0.05)   # let the clients draw there for a moment
+
+        both = [nodes[n].member for n in "ab"]
+        owner = owner_of("hot", both).node
+        other = "b" if owner == "a" else "a"
+        for _ in range(4):   # eight hand-offs: drain the owner, then bring it back
+            served_by(owner)
+            nodes[owner].drain()
+            served_by(other)
+            admin.set_draining("c", owner, False)
+            view = admin.view("c")
+            admin.propose("c", view.epoch, both)
+        served_by(owner)
+        stop.set()
+        for t in threads:
+            t.join(10)
+        assert records
+        values = [v for _, _, v in records]
+        assert len(values) == len(set(values)), "duplicate IDs"
+        # I2: sort by start; each ID exceeds every ID whose request ended before it started
+        ends = sorted((e, v) for _, e, v in records)
+        best_before: list[int] = []
+        top = -1
+        for _, v in ends:
+            top = max(top, v)
+            best_before.append(top)
+        import bisect
+        for s, _, v in records:
+            i = bisect.bisect_left(ends, (s, -1))
+            if i:
+                assert v > best_before[i - 1], "a later request got a smaller ID (I2)"
+        assert sum(n.stats()["handoffs"] for n in nodes.values()) >= 9
+    finally:
+        for node in nodes.values():
+            node.close()
+
+
+def test_a_renewal_that_reveals_a_newer_view_stops_the_hot_path_at_once(cluster):
+    """The keeper's renewal extends the deadline; if it read a newer view epoch, the key
+    must stop being served before that view is applied (the upkeep thread may be stuck,
+    and the new owner's wait counts from the epoch, not from this node's upkeep)."""
+    for name in "ab":
+        cluster.add(name)
+    cluster.settle()
+    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    key = next(k for k in KEYS if cluster.owner(k) is a)
+    a.next_id(key)
+    admin = cluster.store.membership("admin")
+    admin.propose("c", admin.view("c").epoch, [b.member])
+    assert a._keeper.renew_once()          # the renewal thread, not the upkeep
+    with pytest.raises(KeyMovingError):    # refused (not yet applied), never served
+        a.next_id(key)
+    a.upkeep()
+    with pytest.raises(NotOwnerError):
+        a.next_id(key)

@@ -1,0 +1,78 @@
+"""The contract suites against the ``sql`` allocator and segment store on real
+PostgreSQL, MariaDB and SQLite (flakekit.testing's AllocatorContract, SegmentStoreContract)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
+
+from flakekit.sql.leaf import SqlSegmentStore
+from flakekit.sql.workers import SqlWorkerAllocator
+from flakekit.testing import AllocatorContract, ManualClock, SegmentStoreContract, age_rows
+from flakekit.values.events import Events
+
+NS = 1_000_000_000
+TIERS_NS = (60 * NS,)
+
+
+@pytest.fixture
+def engine(db_url) -> Iterator[Engine]:
+    options: dict[str, Any] = {}
+    if db_url.startswith("sqlite"):
+        options["connect_args"] = {"timeout": 60, "check_same_thread": False}
+    made = create_engine(db_url, **options)
+    yield made
+    assert made.pool.checkedout() == 0, made.pool.status()
+    made.dispose()
+
+
+class TestSqlAllocatorContract(AllocatorContract):
+    """Every allocator made here is another node (its own host) of service "contract";
+    they share one ManualClock that moves with the database when rows are aged."""
+
+    @pytest.fixture
+    def clock(self) -> ManualClock:
+        import time
+
+        return ManualClock(wall_ns=time.time_ns())
+
+    @pytest.fixture
+    def make_allocator(self, engine, clock, closing):
+        hosts = itertools.count(1)
+        return lambda: closing(SqlWorkerAllocator(
+            engine=engine, service="contract", clock=clock, host=f"10.0.0.{next(hosts)}",
+            port=8080, tiers_ns=TIERS_NS, create_schema=True, events=Events(None)))
+
+    @pytest.fixture
+    def monotonic_ns(self, clock):
+        return clock.monotonic_ns
+
+    @pytest.fixture
+    def pass_time(self, clock):
+        return clock.advance
+
+    @pytest.fixture
+    def expire(self, engine, clock):
+        def expire(lease: Any) -> None:
+            """The holder went silent past the reclaim tier (database and node time)."""
+            clock.advance(TIERS_NS[-1] / NS + 1)
+            age_rows(engine, TIERS_NS[-1] / NS + 1, "machine_id = :m", m=lease.worker_id)
+
+        return expire
+
+
+class TestSqlSegmentStoreContract(SegmentStoreContract):
+    @pytest.fixture
+    def make_store(self, engine):
+        def make(keys: dict[str, int]) -> SqlSegmentStore:
+            store = SqlSegmentStore(engine)
+            for key, step in keys.items():
+                store.create(key, step)
+            return store
+
+        return make

@@ -1,0 +1,204 @@
+"""Issue 9 item 7: every suggested command works when pasted, and `config check` refuses
+what building refuses.
+
+`flakekit db init` creates every table the config needs (``leaf_alloc`` included); the
+unknown-key hint names the key and the config, and running it fixes the error; `config
+check` fails (exit 2, one line naming the field) for a layout whose epoch is in the future
+and for durations no database can hold, without connecting to any database.
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flakekit.testing import free_port
+from flakekit.testing.cli import run_cli as run
+
+
+def _write(tmp_path: Path, text: str, name: str = "flakekit.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+class TestConfigCheckRefusesWhatBuildingRefuses:
+    def test_layout_epoch_in_the_future(self, capsys, tmp_path):
+        """A generator on a layout that starts in 2999: config check exits 2 with one
+        line naming the generator's layout field, as `next` does."""
+        cfg = _write(tmp_path, """
+            [layouts.later]
+            fields = [["time", 41], ["worker", 10], ["sequence", 12]]
+            epoch = "2999-01-01T00:00:00Z"
+
+            [generators.g]
+            layout = "later"
+            allocator = { type = "static", worker_id = 1 }
+        """)
+        for args in (("config", "check", str(cfg)), ("next", "-c", str(cfg))):
+            code, out, err = run(capsys, *args)
+            assert code == 2, (args, out, err)
+            assert err.count("\n") == 1
+            assert err.startswith("error: generators.g.layout: layout 'later' starts at 2999-01-01")
+            assert "in the future" in err
+
+    def test_time_field_full(self, capsys, tmp_path):
+        """A layout whose time bits ran out long ago is refused by config check too."""
+        cfg = _write(tmp_path, """
+            [layouts.short]
+            fields = [["time", 20], ["worker", 31], ["sequence", 12]]
+            epoch = "2000-01-01T00:00:00Z"
+
+            [generators.g]
+            layout = "short"
+            allocator = { type = "static", worker_id = 1 }
+        """)
+        code, _, err = run(capsys, "config", "check", str(cfg))
+        assert code == 2 and err.startswith("error: generators.g.layout: layout 'short': the time "
+                                            "field is full since 2000-01-01")
+
+    @pytest.mark.parametrize(("key", "value"), [
+        ("reclaim_after", '["100000000000d"]'),
+        ("reclaim_after", '["36501d", "1d"]'),
+        ("max_start_wait", '"1000000000h"'),
+        ("max_start_wait", "1e30"),
+    ])
+    def test_durations_no_database_can_hold(self, capsys, tmp_path, key, value):
+        """Durations past 100 years fail config check with one line naming the field
+        (they used to pass and then crash at start-up with an OverflowError)."""
+        cfg = _write(tmp_path, f"""
+            [backends.default]
+            url = "sqlite:///ids.db"
+
+            [generators.g]
+            allocator = {{ type = "sql", {key} = {value} }}
+        """)
+        code, _, err = run(capsys, "config", "check", str(cfg))
+        assert code == 2, err
+        assert err.count("\n") == 1
+        assert err.startswith(f"error: generators.g.allocator.{key}: a duration must be at most "
+                              "36500d")
+        code, _, err = run(capsys, "next", "-c", str(cfg))
+        assert code == 2 and "OverflowError" not in err
+
+    def test_longest_duration_works_on_every_backend(self, capsys, tmp_path, db_url):
+        """The longest accepted reclaim age leases, renews and issues on every database."""
+        cfg = _write(tmp_path, f"""
+            [backends.default]
+            url = "{db_url}"
+
+            [generators.g]
+            allocator = {{ type = "sql", reclaim_after = ["36500d"], create_schema = true }}
+        """)
+        code, _, err = run(capsys, "config", "check", str(cfg))
+        assert code == 0, err
+        code, out, err = run(capsys, "next", "-n", "3", "-c", str(cfg))
+        assert code == 0, err
+        assert len(set(out.split())) == 3
+
+    def test_check_contacts_no_database(self, capsys, tmp_path):
+        """Backends nobody listens on: config check still builds everything and says ok."""
+        port = free_port()
+        cfg = _write(tmp_path, f"""
+            [backends.pg]
+            url = "postgresql+psycopg://postgres@127.0.0.1:{port}/test"
+            [backends.my]
+            url = "mysql+pymysql://root@127.0.0.1:{port}/test"
+
+            [generators.a]
+            allocator = {{ type = "sql", backend = "pg" }}
+            [generators.b]
+            strategy = "segment"
+            store = {{ type = "sql", backend = "my" }}
+        """)
+        code, out, err = run(capsys, "config", "check", str(cfg))
+        assert code == 0, err
+        assert "ok (2 generators: a, b" in out
+
+
+class TestPastedCommands:
+    def test_db_init_creates_leaf_alloc_and_the_key_hint_works(self, capsys, tmp_path, db_url):
+        """db init creates system_nodes AND leaf_alloc; `next` on a missing key suggests
+        `flakekit segments create KEY --step 1000 -c CONFIG`, which, pasted, fixes it."""
+        from sqlalchemy import create_engine, inspect
+
+        cfg = _write(tmp_path, f"""
+            [backends.main]
+            url = "{db_url}"
+
+            [generators.orders]
+            allocator = {{ type = "sql", backend = "main", service = "orders" }}
+
+            [generators.invoice]
+            strategy = "segment"
+            store = {{ type = "sql", backend = "main" }}
+        """)
+        code, out, err = run(capsys, "db", "init", "-c", str(cfg))
+        assert code == 0, err
+        engine = create_engine(db_url)
+        try:
+            tables = set(inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+        assert {"system_nodes", "leaf_alloc", "flakekit_schema"} <= tables
+        assert "leaf_alloc" in out
+        code, _, err = run(capsys, "next", "invoice", "-c", str(cfg))
+        assert code == 2, err
+        hint = f"`flakekit segments create invoice --step 1000 -c {cfg}`"
+        assert hint in err, err
+        pasted = shlex.split(hint.strip("`"))
+        code, out, err = run(capsys, *pasted[1:])
+        assert code == 0, err
+        code, out, err = run(capsys, "next", "invoice", "-n", "2", "-c", str(cfg))
+        assert code == 0, err
+        assert out.split() == ["1", "2"]
+        code, out, err = run(capsys, "next", "orders", "-c", str(cfg))
+        assert code == 0, err
+
+    def test_db_init_on_a_segment_only_config_with_its_own_table(self, capsys, tmp_path):
+        """A store with its own table name gets that table, and no unrelated one."""
+        from sqlalchemy import create_engine, inspect
+
+        cfg = _write(tmp_path, """
+            [backends.main]
+            url = "sqlite:///ids.db"
+
+            [generators.invoice]
+            strategy = "segment"
+            store = { type = "sql", backend = "main", table = "my_alloc" }
+        """)
+        code, out, err = run(capsys, "db", "init", "-c", str(cfg))
+        assert code == 0, err
+        engine = create_engine(f"sqlite:///{tmp_path / 'ids.db'}")
+        try:
+            tables = set(inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+        assert "my_alloc" in tables and "leaf_alloc" not in tables
+
+    def test_key_hint_quotes_what_the_shell_would_split(self, tmp_path):
+        """A key or config path with spaces is quoted so the pasted command still works."""
+        from flakekit.errors import UnknownKeyError
+
+        err = UnknownKeyError("my key").for_config(str(tmp_path / "a b" / "flakekit.toml"))
+        command = str(err).split("`")[1]
+        assert shlex.split(command)[3] == "my key"
+        assert shlex.split(command)[-1] == str(tmp_path / "a b" / "flakekit.toml")
+
+    def test_key_hint_names_the_config_when_found_after_start(self, capsys, tmp_path):
+        """With preload = false the missing key surfaces at next_id(): same hint."""
+        cfg = _write(tmp_path, """
+            [backends.default]
+            url = "sqlite:///ids.db"
+
+            [generators.lazy]
+            strategy = "segment"
+            preload = false
+        """)
+        assert run(capsys, "db", "init", "-c", str(cfg))[0] == 0
+        code, _, err = run(capsys, "next", "lazy", "-c", str(cfg))
+        assert code == 2
+        assert f"`flakekit segments create lazy --step 1000 -c {cfg}`" in err, err

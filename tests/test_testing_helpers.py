@@ -1,0 +1,196 @@
+"""flakekit.testing itself: the shared helpers fail when they should, the contract suites
+catch a broken allocator or store, and the pytest plugin is the only home of its fixtures."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from flakekit.errors import UnknownKeyError
+from flakekit.leases.lease import WorkerLease, WorkerRecord
+from flakekit.testing import (
+    AllocatorContract,
+    EventRecorder,
+    SegmentStoreContract,
+    TcpProxy,
+    assert_disjoint,
+    assert_unique,
+    free_port,
+    in_threads,
+    listening,
+)
+from flakekit.testing import pytest_plugin as plugin
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class TestThreads:
+    def test_in_threads_returns_results_in_order(self):
+        """Each index's result lands at its index."""
+        assert in_threads(lambda i: i * i, 8) == [i * i for i in range(8)]
+
+    def test_in_threads_reraises_a_thread_failure(self):
+        """An exception in one thread fails the caller (not a printed warning)."""
+        def work(i: int) -> int:
+            if i == 3:
+                raise ValueError("boom in 3")
+            return i
+
+        with pytest.raises(ValueError, match="boom in 3"):
+            in_threads(work, 5)
+
+    def test_assert_unique_names_duplicates(self):
+        """A repeated value fails, naming it."""
+        assert_unique([1, 2, 3])
+        with pytest.raises(AssertionError, match=r"\[2\]"):
+            assert_unique([1, 2, 2, 3])
+
+    def test_assert_disjoint_catches_overlap(self):
+        """Adjacent ranges pass; overlapping ones fail."""
+        assert_disjoint([range(0, 5), range(5, 9)])
+        with pytest.raises(AssertionError, match="overlap"):
+            assert_disjoint([range(5, 9), range(0, 6)])
+
+
+class TestEventRecorder:
+    def test_records_events(self):
+        """Events sent through ``recorder.events`` are recorded with their arguments."""
+        rec = EventRecorder()
+        rec.events.alert("kind-a", "message", {"x": 1})
+        assert rec.names() == ["flakekit_alert"] and rec.alerts() == ["kind-a"]
+        assert rec.calls[0][1]["details"] == {"x": 1}
+
+    def test_only_hook_names(self):
+        """Other attribute names are not hooks (so hasattr probes stay honest)."""
+        assert not hasattr(EventRecorder(), "watch")
+
+
+class TestTcpProxy:
+    def test_forwards_then_cut_refuses(self):
+        """Bytes pass through in_front_of's proxy; after cut() nothing does."""
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def echo() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.sendall(conn.recv(100))
+
+        thread = threading.Thread(target=echo, daemon=True)
+        thread.start()
+        proxy = TcpProxy.in_front_of(f"127.0.0.1:{port}")
+        try:
+            host, _, pport = proxy.address.rpartition(":")
+            with socket.create_connection((host, int(pport)), timeout=5) as client:
+                client.sendall(b"ping")
+                assert client.recv(100) == b"ping"
+            proxy.cut()
+            with socket.create_connection((host, int(pport)), timeout=5) as client:
+                client.settimeout(5)
+                assert client.recv(100) == b""  # closed at once
+        finally:
+            proxy.stop()
+            server.close()
+            thread.join(5)
+
+    def test_free_port_is_free(self):
+        """free_port() names a port nothing listens on."""
+        assert not listening(free_port())
+
+
+# -- the contract suites catch what they promise to ------------------------------------------
+class _SharingAllocator:
+    """Broken on purpose: every acquirer gets worker 0, renewals never fail."""
+
+    renew_interval = 1.0
+
+    def acquire(self, request):
+        return WorkerLease(0, holder="me", deadline_ns=time.monotonic_ns() + 10**10)
+
+    def renew(self, lease, issued_until_ns):
+        return lease
+
+    def release(self, lease, issued_until_ns):
+        pass
+
+    def records(self):
+        return [WorkerRecord(0, "me", 1, None, "held", mine=True)]
+
+    def close(self):
+        pass
+
+
+class _OverlappingStore:
+    """Broken on purpose: every fetch returns the same range; unknown keys are KeyError."""
+
+    def fetch(self, key, step=None):
+        if key != "k":
+            raise KeyError(key)
+
+        class A:
+            max_id, step, db_step = 10, 10, 10
+
+        return A()
+
+    def give_back(self, key, expected_max_id, new_max_id):
+        return True
+
+
+class TestContractsCatchBrokenImplementations:
+    def test_allocator_contract_catches_a_shared_id(self):
+        """Two acquirers holding the same id fail the exclusivity test."""
+        with pytest.raises(AssertionError):
+            AllocatorContract().test_two_acquirers_never_share_an_id(_SharingAllocator)
+
+    def test_allocator_contract_catches_a_renewal_that_does_not_extend(self):
+        """A renewal that keeps the old deadline fails the renew test."""
+        with pytest.raises(AssertionError):
+            AllocatorContract().test_renew_keeps_the_id_and_extends(
+                _SharingAllocator, time.sleep)
+
+    def test_allocator_contract_catches_a_stale_renewal_that_succeeds(self):
+        """A renewal of a released-and-retaken id that succeeds fails the contract."""
+        with pytest.raises(pytest.fail.Exception):
+            AllocatorContract().test_renew_after_the_id_was_taken_elsewhere_raises(
+                _SharingAllocator)
+
+    def test_store_contract_catches_overlap_and_the_wrong_error(self):
+        """Overlapping ranges and a plain KeyError for an unknown key both fail."""
+        suite = SegmentStoreContract()
+        with pytest.raises(AssertionError):
+            suite.test_concurrent_fetches_never_overlap(lambda keys: _OverlappingStore())
+        with pytest.raises(KeyError) as info:
+            suite.test_unknown_key_raises(lambda keys: _OverlappingStore())
+        assert not isinstance(info.value, UnknownKeyError)
+
+
+# -- the pytest plugin ------------------------------------------------------------------------
+class TestPytestPlugin:
+    def test_registered_as_pytest11(self):
+        """The core distribution names the plugin module in the pytest11 group."""
+        eps = importlib.metadata.entry_points(group="pytest11")
+        assert any(ep.value == "flakekit.testing.pytest_plugin" for ep in eps)
+
+    def test_no_conftest_defines_the_plugin_fixtures_again(self):
+        """tests/ and the plugins' conftests leave the plugin's fixtures to it."""
+        names = {n for n, v in vars(plugin).items() if hasattr(v, "_fixture_function_marker")
+                 or type(v).__name__ == "FixtureFunctionDefinition"}
+        assert {"manual_clock", "event_recorder", "tcp_proxy", "pg_url", "db_url"} <= names
+        for conftest in [ROOT / "tests" / "conftest.py", *ROOT.glob("plugins/*/tests/conftest.py")]:
+            defined = {node.name for node in ast.walk(ast.parse(conftest.read_text()))
+                       if isinstance(node, ast.FunctionDef)}
+            assert not defined & names, f"{conftest} defines {defined & names} again"
+
+    def test_fixtures_come_from_the_plugin(self, request, manual_clock, event_recorder):
+        """The fixtures this test uses are the plugin's (not a conftest's copy)."""
+        for name in ("manual_clock", "event_recorder", "tcp_proxy", "db_url"):
+            defs = request._fixturemanager.getfixturedefs(name, request.node)
+            assert defs and defs[-1].func.__module__ == "flakekit.testing.pytest_plugin"
