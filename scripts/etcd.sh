@@ -24,20 +24,8 @@ TOKEN=flakekit-test
 log() { echo "etcd.sh: $*" >&2; }
 
 # ---- helpers ------------------------------------------------------------------------------
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-free_port() {  # first port from $1 up that nobody listens on and that is not in $2 (a list)
-  local p=$1 taken=" ${2:-} "
-  while listening "$p" || [[ $taken == *" $p "* ]]; do p=$((p + 1)); done
-  echo "$p"
-}
-
-alive() {  # a pid that exists and is not a zombie
-  local pid=$1 state
-  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
-  state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$pid/stat" 2>/dev/null) || return 1
-  [ "$state" != Z ] && [ "$state" != X ]
-}
+# shellcheck source=scripts/svc_lib.sh
+. "$(dirname "$0")/svc_lib.sh"   # listening, free_port, alive, ours, stop_pidfile, env_get, env_set
 
 healthy() {  # port: GET /health answers {"health":"true"} (no curl, no nc)
   timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf "GET /health HTTP/1.0\r\n\r\n" >&3 && cat <&3' \
@@ -79,55 +67,18 @@ wait_ready() {  # port pidfile
   return 1
 }
 
-stop_pidfile() {  # pidfile: SIGKILL after a short TERM (a leader without peers hangs ~7 s)
-  local pidfile=$1 pid i
-  [ -f "$pidfile" ] || return 0
-  pid=$(cat "$pidfile")
-  if alive "$pid"; then
-    kill -CONT "$pid" 2>/dev/null || true   # a SIGSTOPped member cannot handle TERM
-    kill "$pid" 2>/dev/null || true
-    for i in $(seq 20); do alive "$pid" || break; sleep 0.1; done
-    alive "$pid" && kill -9 "$pid" 2>/dev/null || true
-    for i in $(seq 20); do alive "$pid" || break; sleep 0.1; done
-  fi
-  rm -f "$pidfile"
-}
-
-env_set() {  # NAME=VALUE...: rewrite those lines of the env file, keep every other line
-  mkdir -p "$SVC"
-  local tmp="$ENV_FILE.etcd.$$" pair names=()
-  for pair in "$@"; do names+=("${pair%%=*}"); done
-  {
-    if [ -f "$ENV_FILE" ]; then
-      local line keep name
-      while IFS= read -r line || [ -n "$line" ]; do
-        keep=1
-        for name in "${names[@]}"; do [[ $line == "$name="* ]] && keep=0; done
-        [ "$keep" = 1 ] && printf '%s\n' "$line"
-      done < "$ENV_FILE"
-    fi
-    for pair in "$@"; do printf '%s\n' "$pair"; done
-  } > "$tmp"
-  mv "$tmp" "$ENV_FILE"
-}
-
-env_get() {  # name: value from the env file
-  [ -f "$ENV_FILE" ] || return 0
-  sed -n "s/^$1=//p" "$ENV_FILE" | tail -n1
-}
-
 # ---- commands -----------------------------------------------------------------------------
 cmd_start() {
   local dir="$SVC/etcd" port peer
   mkdir -p "$SVC"
-  if [ -f "$dir/etcd.pid" ] && alive "$(cat "$dir/etcd.pid")"; then
+  if ours "$dir/etcd.pid"; then
     port=$(cat "$dir/port")
     if wait_ready "$port" "$dir/etcd.pid"; then
       log "already running on 127.0.0.1:$port"
       env_set "ETCD_ENDPOINTS=127.0.0.1:$port" "ETCD_CLUSTER_ENDPOINTS=$(env_get ETCD_CLUSTER_ENDPOINTS)"
       return 0
     fi
-    stop_pidfile "$dir/etcd.pid"
+    stop_pidfile "$dir/etcd.pid" 20
   fi
   install_etcd
   port=$(free_port 2379)
@@ -161,7 +112,7 @@ cmd_cluster_start() {
 
 cmd_cluster_stop() {
   local base="$SVC/etcd-cluster" n
-  for n in 1 2 3; do stop_pidfile "$base/m$n/etcd.pid" & done
+  for n in 1 2 3; do stop_pidfile "$base/m$n/etcd.pid" 20 & done
   wait
   rm -rf "$base"
   if [ -f "$ENV_FILE" ]; then
@@ -171,7 +122,7 @@ cmd_cluster_stop() {
 }
 
 cmd_stop() {
-  stop_pidfile "$SVC/etcd/etcd.pid" &
+  stop_pidfile "$SVC/etcd/etcd.pid" 20 &
   cmd_cluster_stop quiet
   wait
   rm -rf "$SVC/etcd"

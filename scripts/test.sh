@@ -9,7 +9,10 @@
 #   whole suite, the others everything but the `slow` drills (real processes and
 #   timeouts, the bulk of the time): PYTHONS_MARK="" runs the whole suite on each.
 #   Every interpreter runs even if one fails; the exit status is non-zero if any did.
-set -euo pipefail
+#
+# Parallel: tests that are not `slow` run in 3 processes (TEST_WORKERS; see below).
+set -Eeuo pipefail
+trap 'echo "test.sh: line $LINENO: \`$BASH_COMMAND\` failed (exit $?)" >&2' ERR   # name a failed step
 cd "$(dirname "$0")/.."
 
 # -- interpreters and their venvs --------------------------------------------------------
@@ -42,7 +45,9 @@ install_into() {  # venv interpreter
   for plugin in plugins/*/; do
     [ -f "$plugin/pyproject.toml" ] && pkgs+=(-e "${plugin%/}[test]")
   done
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${pkgs[@]}"
+  local started=$SECONDS
+  bash scripts/pip-install.sh "$venv" "${pkgs[@]}"
+  echo "test.sh: $venv ready (Python $(version_of "$venv/bin/python"), $((SECONDS - started)) s)" >&2
 }
 
 venvs=()
@@ -84,23 +89,45 @@ if [ -f scripts/etcd.sh ]; then   # after ZooKeeper: its start rewrites the env 
 fi
 
 # -- the suite, per interpreter ----------------------------------------------------------
+# The tests that are not `slow` run in TEST_WORKERS processes (pytest-xdist, default 3: they
+# mostly wait on sockets, databases and leases); the `slow` drills (real processes, kill -9,
+# SIGSTOP past a lease, timeouts) then run alone, one at a time, as ever. TEST_WORKERS=0, or
+# an -m or -n among the arguments, makes it one plain pytest run.
+workers=${TEST_WORKERS:-3}
+for arg in "$@"; do
+  case $arg in -m | -m* | -n | -n* | --numprocesses*) workers=0 ;; esac
+done
+
 rc=0
 summary=()
+pytest_run() {  # venv label [pytest args...]: one run; its status into $status (5 counts as 0)
+  local venv=$1 label=$2 one=0
+  shift 2
+  if [ "${#venvs[@]}" -gt 1 ] || [ "$workers" != 0 ]; then echo "== $label" >&2; fi
+  "$venv/bin/python" -m pytest -p no:cacheprovider "$@" || one=$?
+  [ "$one" = 5 ] && one=0   # no tests collected (e.g. a -k that matches nothing)
+  summary+=("$label: $([ "$one" = 0 ] && echo passed || echo "FAILED (exit $one)")")
+  [ "$one" = 0 ] || rc=$one
+}
+
 for i in "${!venvs[@]}"; do
   venv=${venvs[$i]}
-  select=()
-  if [ "$i" -gt 0 ] && [ -n "${PYTHONS_MARK-not slow}" ]; then
-    select=(-m "${PYTHONS_MARK-not slow}")   # an -m among "$@" comes later and wins
+  version=$(version_of "$venv/bin/python")
+  mark=""   # the first interpreter runs everything; the others "${PYTHONS_MARK-not slow}"
+  if [ "$i" -gt 0 ]; then mark=${PYTHONS_MARK-not slow}; fi
+  if [ "$workers" != 0 ] && { [ -z "$mark" ] || [ "$mark" = "not slow" ]; }; then
+    pytest_run "$venv" "Python $version ($venv, not slow, $workers processes)" \
+      -m "not slow" -n "$workers" "$@"
+    if [ -z "$mark" ]; then
+      pytest_run "$venv" "Python $version ($venv, slow, one at a time)" -m slow "$@"
+    fi
+  elif [ -n "$mark" ]; then
+    pytest_run "$venv" "Python $version ($venv, -m \"$mark\")" -m "$mark" "$@"
+  else
+    pytest_run "$venv" "Python $version ($venv)" "$@"
   fi
-  label="Python $(version_of "$venv/bin/python") ($venv${select:+, -m \"${select[1]}\"})"
-  if [ "${#venvs[@]}" -gt 1 ]; then echo "== $label" >&2; fi
-  status=0
-  "$venv/bin/python" -m pytest -p no:cacheprovider "${select[@]}" "$@" || status=$?
-  [ "$status" = 5 ] && status=0   # no tests collected (e.g. a -k that matches nothing)
-  summary+=("$label: $([ "$status" = 0 ] && echo passed || echo "FAILED (exit $status)")")
-  [ "$status" = 0 ] || rc=$status
 done
-if [ "${#venvs[@]}" -gt 1 ]; then
+if [ "${#summary[@]}" -gt 1 ]; then
   printf '%s\n' "${summary[@]}" >&2
 fi
 exit "$rc"

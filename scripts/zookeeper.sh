@@ -21,23 +21,11 @@ ENV_FILE="$SVC/env"
 log() { echo "zookeeper.sh: $*" >&2; }
 
 # ---- helpers ------------------------------------------------------------------------------
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# shellcheck source=scripts/svc_lib.sh
+. "$(dirname "$0")/svc_lib.sh"   # listening, free_port, alive, ours, stop_pidfile, env_get, env_set
 
 zk4() {  # four-letter word without nc
   timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf %s "$2" >&3 && cat <&3' _ "$1" "$2" 2>/dev/null || true
-}
-
-free_port() {  # first port from $1 up that nobody listens on
-  local p=$1
-  while listening "$p"; do p=$((p + 1)); done
-  echo "$p"
-}
-
-alive() {  # a pid that exists and is not a zombie
-  local pid=$1 state
-  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
-  state=$(sed -E 's/^[0-9]+ \(.*\) ([A-Za-z]).*/\1/' "/proc/$pid/stat" 2>/dev/null) || return 1
-  [ "$state" != Z ] && [ "$state" != X ]
 }
 
 install_zookeeper() {
@@ -99,37 +87,15 @@ wait_ready() {  # port pidfile: ruok=imok and srvr reports a Mode
   return 1
 }
 
-stop_pidfile() {  # pidfile
-  local pidfile=$1 pid i
-  [ -f "$pidfile" ] || return 0
-  pid=$(cat "$pidfile")
-  if alive "$pid"; then
-    kill -CONT "$pid" 2>/dev/null || true   # a SIGSTOPped server cannot handle TERM
-    kill "$pid" 2>/dev/null || true
-    for i in $(seq 50); do alive "$pid" || break; sleep 0.1; done
-    alive "$pid" && kill -9 "$pid" 2>/dev/null || true
-    for i in $(seq 20); do alive "$pid" || break; sleep 0.1; done
-  fi
-  rm -f "$pidfile"
-}
-
-env_get() {  # name: value from the env file
-  [ -f "$ENV_FILE" ] || return 0
-  sed -n "s/^$1=//p" "$ENV_FILE" | tail -n1
-}
-
 write_env() {  # standalone_hosts ensemble_hosts (other services' lines are kept)
-  mkdir -p "$SVC"
-  { [ -f "$ENV_FILE" ] && grep -v '^ZK_\(ENSEMBLE_\)\?HOSTS=' "$ENV_FILE"
-    printf 'ZK_HOSTS=%s\nZK_ENSEMBLE_HOSTS=%s\n' "$1" "$2"; } > "$ENV_FILE.zk.$$"
-  mv "$ENV_FILE.zk.$$" "$ENV_FILE"
+  env_set "ZK_HOSTS=$1" "ZK_ENSEMBLE_HOSTS=$2"
 }
 
 # ---- commands -----------------------------------------------------------------------------
 cmd_start() {
   local dir="$SVC/zk" port
   mkdir -p "$SVC"
-  if [ -f "$dir/zk.pid" ] && alive "$(cat "$dir/zk.pid")"; then
+  if ours "$dir/zk.pid"; then
     port=$(sed -n 's/^clientPort=//p' "$dir/zoo.cfg")
     if wait_ready "$port" "$dir/zk.pid"; then
       log "already running on 127.0.0.1:$port"

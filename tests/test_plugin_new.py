@@ -3,6 +3,7 @@ own tests (in a throw-away venv, never in this one)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -34,8 +35,10 @@ def skeleton_venv(skeleton, tmp_path_factory) -> Path:
 
 
 def _run(bin_dir: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    # not the PYTEST_XDIST_* of a parallel run: the skeleton's own pytest runs alone
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     return subprocess.run([str(bin_dir / args[0]), *args[1:]], capture_output=True, text=True,
-                          timeout=180, cwd=cwd)
+                          timeout=180, cwd=cwd, env=env)
 
 
 def test_writes_the_files_with_the_core_range(skeleton):
