@@ -194,3 +194,41 @@ class TestPytestPlugin:
         for name in ("manual_clock", "event_recorder", "tcp_proxy", "db_url"):
             defs = request._fixturemanager.getfixturedefs(name, request.node)
             assert defs and defs[-1].func.__module__ == "flakekit.testing.pytest_plugin"
+
+
+@pytest.mark.parametrize("kind", [pytest.param("postgresql", marks=pytest.mark.postgresql),
+                                  pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def test_databases_made_ahead_are_new_empty_and_dropped(kind):
+    """The server databases the fixtures hand out are made ahead on a thread: each one is
+    new (never handed out twice), empty and usable; every one is gone once the pools close
+    (the drops of used ones, the spares never taken)."""
+    from sqlalchemy import create_engine, inspect, text
+
+    from flakekit.testing import databases
+
+    names = []
+    for _ in range(databases._Spares.DEPTH + 2):   # more than the spares made ahead
+        with databases.fresh_server_database(kind) as url:
+            engine = create_engine(url)
+            try:
+                assert inspect(engine).get_table_names() == []
+                with engine.begin() as conn:
+                    conn.execute(text("CREATE TABLE t (x INT)"))
+                names.append(engine.url.database)
+            finally:
+                engine.dispose()
+    assert len(set(names)) == len(names)
+    admin = databases.PG_ADMIN_URL if kind == "postgresql" else databases.MARIADB_ADMIN_URL
+    pool = databases._spares_for(admin)
+    spares = list(pool._ready)
+    databases._close_spares()
+    engine = create_engine(admin)
+    try:
+        with engine.connect() as conn:
+            if kind == "postgresql":
+                present = {r[0] for r in conn.execute(text("SELECT datname FROM pg_database"))}
+            else:
+                present = {r[0] for r in conn.execute(text("SHOW DATABASES"))}
+    finally:
+        engine.dispose()
+    assert not present & set(names + spares), present & set(names + spares)

@@ -85,11 +85,62 @@ def connect_defaults(url: str, settings: BackendSettings | None = None) -> dict[
     if driver in ("psycopg", "psycopg2"):
         return {"connect_timeout": max(2, _seconds(s.connect_timeout)), **_LIBPQ}
     if driver in _MYSQL_DRIVERS:
-        # a reply may take as long as the server lets a statement run, plus a margin
-        io = _seconds((s.statement_timeout or 60 * NS) + 5 * NS)
+        io = reply_timeout_s(s)
         return {"connect_timeout": _seconds(s.connect_timeout), "read_timeout": io,
                 "write_timeout": io}
     return {}
+
+
+def reply_timeout_s(settings: BackendSettings) -> int:
+    """How long a request waits for the server's answer before its connection is given up:
+    as long as the server lets a statement run, plus a margin (PyMySQL's ``read_timeout``;
+    on psycopg, :func:`reply_limited_connection_class`)."""
+    return _seconds((settings.statement_timeout or 60 * NS) + 5 * NS)
+
+
+_REPLY_LIMITED: list[Any] = []
+
+
+def reply_limited_connection_class() -> Any:
+    """A psycopg ``Connection`` whose every request fails once no answer came for
+    ``reply_timeout_s`` seconds, and closes the connection.
+
+    A middlebox that acknowledges a request and never forwards it (or a server that hung)
+    leaves libpq waiting for ever: keepalives and ``tcp_user_timeout`` see a healthy
+    socket. A heartbeat blocked so would never fail, so the lease keeper could never
+    retry on a new connection: safe (IDs stop at the lease deadline) but stalled until
+    a restart. psycopg runs every request (statements, COMMIT, ROLLBACK) through
+    ``Connection.wait``, which takes a timeout since psycopg 3.3.
+    """
+    if _REPLY_LIMITED:
+        return _REPLY_LIMITED[0]
+    import inspect
+
+    import psycopg
+    from psycopg import errors
+
+    timed_out: type[BaseException] | None = getattr(errors, "_WaitTimeout", None)
+    if timed_out is None or "timeout" not in inspect.signature(psycopg.Connection.wait).parameters:
+        _REPLY_LIMITED.append(psycopg.Connection)  # an older psycopg: no limit to add
+        return psycopg.Connection
+
+    class ReplyLimitedConnection(psycopg.Connection[Any]):
+        reply_timeout_s: float = 35.0
+
+        def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
+            if len(args) > 1 or kwargs.get("timeout") is not None:  # psycopg's own limit
+                return super().wait(gen, *args, **kwargs)
+            try:
+                return super().wait(gen, *args, **{**kwargs, "timeout": self.reply_timeout_s})
+            except timed_out:  # type: ignore[misc]  # not None: checked above
+                self.close()  # its state is unknown: SQLAlchemy sees it closed, drops it
+                raise psycopg.OperationalError(
+                    f"no answer from the server in {self.reply_timeout_s:g} s (a network "
+                    "black hole or a hung server); the connection is closed, the next "
+                    "request opens another") from None
+
+    _REPLY_LIMITED.append(ReplyLimitedConnection)
+    return ReplyLimitedConnection
 
 
 def session_statements(dialect: str, settings: BackendSettings,
@@ -275,6 +326,16 @@ def _limit_sessions(engine: Engine, settings: BackendSettings) -> None:
                 *cargs, **{**cparams, "read_timeout": limit, "write_timeout": limit})
             for key, value in io.items():  # PyMySQL applies them before each read/write
                 setattr(raw, f"_{key}", value)
+            return raw
+
+    if engine.dialect.driver == "psycopg":  # libpq has no read timeout of its own
+        reply_s = float(reply_timeout_s(settings))
+
+        @event.listens_for(engine, "do_connect")
+        def connect_with_a_reply_limit(dialect_: Any, _rec: Any, cargs: Any,
+                                       cparams: dict[str, Any]) -> Any:
+            raw = reply_limited_connection_class().connect(*cargs, **cparams)
+            raw.reply_timeout_s = reply_s
             return raw
 
     if dialect not in ("postgresql", "mysql", "mariadb"):

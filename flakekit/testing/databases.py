@@ -181,11 +181,12 @@ _spares_lock = threading.Lock()
 
 def _spares_for(admin_url: str) -> _Spares:
     with _spares_lock:
-        if admin_url not in _spares:
+        pool = _spares.get(admin_url)
+        if pool is None or pool._pid != os.getpid():  # none yet, or a forked parent's
             if not _spares:
                 atexit.register(_close_spares)
-            _spares[admin_url] = _Spares(admin_url)
-        return _spares[admin_url]
+            pool = _spares[admin_url] = _Spares(admin_url)
+        return pool
 
 
 def _close_spares() -> None:
