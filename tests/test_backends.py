@@ -109,22 +109,35 @@ NS = 1_000_000_000
 
 
 @pytest.mark.mariadb
-def _renew_in_a_thread(alloc: SqlWorkerAllocator, lease: object,
-                      wait_s: float) -> list[BaseException | None]:
-    outcome: list[BaseException | None] = []
+def _heartbeat_through_a_stall(settings: BackendSettings, proxy: object) -> BaseException:
+    """Acquire through ``proxy``, stall it, renew in a thread: the renewal must fail (not
+    hang) with one line; once unstalled, the next renewal must succeed. Returns the error."""
+    pool = BackendPool({"b": settings})
+    try:
+        alloc = SqlWorkerAllocator(engine=pool.engine("b"), clock=ManualClock(),
+                                   service="s", host="10.0.0.1", port=1, create_schema=True)
+        lease = alloc.acquire(LeaseRequest("g", 1023, "", 0))
+        proxy.stall()  # type: ignore[attr-defined]
+        outcome: list[BaseException | None] = []
 
-    def renew() -> None:
-        try:
-            alloc.renew(lease, 0)  # type: ignore[arg-type]
-            outcome.append(None)
-        except BaseException as exc:  # noqa: BLE001 - checked by the caller
-            outcome.append(exc)
+        def renew() -> None:
+            try:
+                alloc.renew(lease, 0)
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                outcome.append(exc)
 
-    worker = threading.Thread(target=renew, daemon=True)
-    worker.start()
-    worker.join(wait_s)
-    assert not worker.is_alive(), "the heartbeat hung on a silent network"
-    return outcome
+        worker = threading.Thread(target=renew, daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), "the heartbeat hung on a silent network"
+        error = outcome[0]
+        assert isinstance(error, BackendError) and "\n" not in str(error), outcome
+        proxy.unstall()  # type: ignore[attr-defined]
+        assert alloc.renew(lease, 0).worker_id == lease.worker_id
+        return error
+    finally:
+        pool.dispose()
 
 
 @pytest.mark.parametrize("options", [{}, {"pool_pre_ping": False}], ids=["defaults", "no-ping"])
@@ -138,41 +151,19 @@ def test_postgresql_request_swallowed_by_a_black_hole_fails_then_recovers(pg_url
     traffic flows again. With the defaults the request swallowed is the pool's ping, and
     the new connection then times out connecting; without the ping it is the heartbeat."""
     proxy = tcp_proxy(5432)
-    pool = BackendPool({"b": BackendSettings(proxied(pg_url, proxy), options,
-                                             statement_timeout=NS)})
-    try:
-        alloc = SqlWorkerAllocator(engine=pool.engine("b"), clock=ManualClock(),
-                                   service="s", host="10.0.0.1", port=1, create_schema=True)
-        lease = alloc.acquire(LeaseRequest("g", 1023, "", 0))
-        proxy.stall()
-        outcome = _renew_in_a_thread(alloc, lease, 60)
-        assert isinstance(outcome[0], BackendError), outcome
-        if options:
-            assert "no answer from the server in 6 s" in str(outcome[0])
-        assert "\n" not in str(outcome[0])
-        proxy.unstall()
-        assert alloc.renew(lease, 0).worker_id == lease.worker_id
-    finally:
-        pool.dispose()
+    error = _heartbeat_through_a_stall(
+        BackendSettings(proxied(pg_url, proxy), options, statement_timeout=NS), proxy)
+    if options:
+        assert "no answer from the server in 6 s" in str(error)
 
 
 def test_heartbeat_on_a_silent_network_fails_then_recovers(mariadb_url, tcp_proxy):
     """The database stops answering (packets dropped, connection open): the heartbeat
     fails with one line instead of hanging, and succeeds once traffic flows again."""
     proxy = tcp_proxy(3306)
-    pool = BackendPool({"b": BackendSettings(proxied(mariadb_url, proxy),
-                                             {"connect_args": {"read_timeout": 2}})})
-    try:
-        alloc = SqlWorkerAllocator(engine=pool.engine("b"), clock=ManualClock(),
-                                   service="s", host="10.0.0.1", port=1, create_schema=True)
-        lease = alloc.acquire(LeaseRequest("g", 1023, "", 0))
-        proxy.stall()
-        outcome = _renew_in_a_thread(alloc, lease, 60)
-        assert isinstance(outcome[0], BackendError) and "\n" not in str(outcome[0])
-        proxy.unstall()
-        assert alloc.renew(lease, 0).worker_id == lease.worker_id
-    finally:
-        pool.dispose()
+    _heartbeat_through_a_stall(
+        BackendSettings(proxied(mariadb_url, proxy), {"connect_args": {"read_timeout": 2}}),
+        proxy)
 
 
 @pytest.mark.parametrize(
