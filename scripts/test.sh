@@ -100,7 +100,7 @@ done
 
 rc=0
 summary=()
-pytest_run() {  # venv label [pytest args...]: one run; its status into $status (5 counts as 0)
+pytest_run() {  # venv label [pytest args...]: one run; a failure's status into $rc (5 counts as 0)
   local venv=$1 label=$2 one=0
   shift 2
   if [ "${#venvs[@]}" -gt 1 ] || [ "$workers" != 0 ]; then echo "== $label" >&2; fi
