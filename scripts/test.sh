@@ -104,7 +104,7 @@ pytest_run() {  # venv label [pytest args...]: one run; a failure's status into 
   local venv=$1 label=$2 one=0
   shift 2
   if [ "${#venvs[@]}" -gt 1 ] || [ "$workers" != 0 ]; then echo "== $label" >&2; fi
-  "$venv/bin/python" -m pytest -p no:cacheprovider "$@" || one=$?
+  "$venv/bin/python" -m pytest -p no:cacheprovider --durations=15 --durations-min=1 "$@" || one=$?   # and the 15 slowest
   [ "$one" = 5 ] && one=0   # no tests collected (e.g. a -k that matches nothing)
   summary+=("$label: $([ "$one" = 0 ] && echo passed || echo "FAILED (exit $one)")")
   [ "$one" = 0 ] || rc=$one
