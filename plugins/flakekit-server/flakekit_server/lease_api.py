@@ -264,7 +264,8 @@ class LeaseApi:
             "lease": grant.id, "generator": grant.generator, "worker_id": lease.worker_id,
             "epoch": lease.epoch, "holder": lease.holder, "extra": lease.extra,
             # counted by the client from its send time, which came before t0
-            "valid_for_ns": lease.deadline_ns - t0, "ttl_ns": _ttl_ns(lease),
+            # (never more than the ttl: the client's mark covers that much)
+            "valid_for_ns": min(lease.deadline_ns - t0, _ttl_ns(lease)), "ttl_ns": _ttl_ns(lease),
             "renew_interval_s": self._interval(grant.generator),
             "not_before_ns": not_before, "stamp_until_ns": grant.mark,
         }

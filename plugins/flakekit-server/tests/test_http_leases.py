@@ -37,7 +37,7 @@ def lease_config(path: Path, url: str, names: list[str], *, allocator: str = SHO
                  worker_bits: int = 10) -> Path:
     """A server config: one snowflake generator per name (sql allocator, service = name)."""
     text = (f'[backends.main]\nurl = "{url}"\n\n[layouts.small]\n'
-            f'fields = [["time", 41], ["worker", {worker_bits}], ["sequence", 12]]\n'
+            f'fields = [["time", {51 - worker_bits}], ["worker", {worker_bits}], ["sequence", 12]]\n'
             'unit = "1ms"\nepoch = "2024-01-01T00:00:00Z"\n\n')
     for name in names:
         text += (f'[generators.{name}]\nstrategy = "snowflake"\nlayout = "small"\n'
@@ -52,7 +52,7 @@ def client_config(path: Path, base: str, name: str, *, worker_bits: int = 10,
     """A library process's config: generator ``name`` leasing over HTTP from ``base``."""
     path.write_text(
         '[layouts.small]\n'
-        f'fields = [["time", 41], ["worker", {worker_bits}], ["sequence", 12]]\n'
+        f'fields = [["time", {51 - worker_bits}], ["worker", {worker_bits}], ["sequence", 12]]\n'
         'unit = "1ms"\nepoch = "2024-01-01T00:00:00Z"\n\n'
         f'[generators.{name}]\nstrategy = "snowflake"\nlayout = "small"\n'
         f'on_lease_lost = "{lost}"\n'
@@ -99,7 +99,7 @@ def served(tmp_path_factory) -> Any:
     assert run_cli("db", "init", "--config", str(config)).returncode == 0
     server = serve(tmp, config)
     free_own_ids(url, names)
-    yield server, iter(names)
+    yield server, iter(names[:-2]), url   # c14 and c15: TestEndpoints
     server.stop()
     next(gen, None)
 
@@ -108,9 +108,30 @@ class TestHttpAllocatorContract(AllocatorContract):
     """The allocator contract, through a real server to a real PostgreSQL registry."""
 
     @pytest.fixture
-    def make_allocator(self, served):
-        server, names = served
-        name = next(names)
+    def service(self, served) -> str:
+        """This test's generator on the server (its own registry service)."""
+        return next(served[1])
+
+    @pytest.fixture
+    def expire(self, served, service):
+        """Age the row's heartbeat in the registry past the reclaim tier, as if its holder
+        had died: the server still thinks it holds the lease."""
+        from sqlalchemy import create_engine, text
+
+        engine = create_engine(served[2])
+
+        def expire(lease) -> None:
+            with engine.begin() as conn:
+                conn.execute(text("UPDATE system_nodes SET last_seen = last_seen - "
+                                  "interval '1 hour' WHERE service = :s AND machine_id = :w"),
+                             {"s": service, "w": lease.worker_id})
+
+        yield expire
+        engine.dispose()
+
+    @pytest.fixture
+    def make_allocator(self, served, service):
+        server, name = served[0], service
         made: list[HttpAllocator] = []
 
         def make() -> HttpAllocator:
@@ -129,7 +150,7 @@ class TestEndpoints:
         """No token: 401 at grant, as a ConfigError naming the token; an unknown
         generator: the generator; a forged or stale lease: LeaseLostError; GET on
         renew: 405."""
-        server, _ = served
+        server = served[0]
         base = f"http://127.0.0.1:{server.port}"
         with pytest.raises(ConfigError, match=r"allocator\.token.*needs a token"):
             allocator(base, "c15", token=None).acquire(LeaseRequest("x", 1023, ""))
@@ -152,7 +173,7 @@ class TestEndpoints:
 
     def test_rate_limited_per_token(self, served):
         """A token that asks too often gets 429 with Retry-After; the limit is per token."""
-        server, _ = served
+        server = served[0]
         seen = set()
         for _ in range(80):
             status, headers, _ = server.get("/api/v1/leases/c14", {"Authorization": f"Bearer {TOKEN}"})
@@ -165,8 +186,8 @@ class TestEndpoints:
 
 # -- drills -----------------------------------------------------------------------------------
 class Issuer:
-    """A thread drawing IDs from a kit's generator until it refuses; keeps (mono, id) and
-    the lease deadline the generator held at each ID."""
+    """A thread drawing IDs from a kit's generator until it refuses; keeps (monotonic ns
+    before the call, id)."""
 
     def __init__(self, kit: Any, name: str) -> None:
         self.gen = kit[name]
@@ -178,12 +199,13 @@ class Issuer:
 
     def _run(self) -> None:
         while not self.stop.is_set():
+            before = time.monotonic_ns()
             try:
                 value = self.gen.next_id()
             except LeaseError as exc:
                 self.error = exc
                 return
-            self.ids.append((time.monotonic_ns(), value))
+            self.ids.append((before, value))
             time.sleep(0.0005)
 
     def join(self) -> None:
@@ -225,19 +247,22 @@ class TestDrills:
         try:
             a_kit = flakekit.load(client_config(tmp_path / "a.toml", f"http://127.0.0.1:{proxy.port}",
                                                 "orders", worker_bits=1))
-            b_kit = flakekit.load(client_config(tmp_path / "b.toml", f"http://127.0.0.1:{server.port}",
-                                                "orders", worker_bits=1))
+            b_config = client_config(tmp_path / "b.toml", f"http://127.0.0.1:{server.port}",
+                                     "orders", worker_bits=1)
             with a_kit:
                 a = Issuer(a_kit, "orders")
                 poll(lambda: len(a.ids) > 50)
                 proxy.cut()
                 a.thread.join(30)
                 assert isinstance(a.error, LeaseError), a.error
-                last_a = a.ids[-1][0]
+                last_a = a.ids[-1][0]   # taken before the call that issued it
+                deadline = a.gen.keeper.lease.deadline_ns   # no renewal got through since
+                assert last_a < deadline, "an ID after the client's deadline"
+                b_kit = poll(lambda: started(b_config, "orders"), timeout=30, every=0.1)
+                b_at = time.monotonic_ns()   # B holds the id from here on
                 with b_kit:
                     b_ids = [b_kit["orders"].next_id() for _ in range(200)]
-                    b_at = time.monotonic_ns()
-                assert last_a < b_at
+                assert last_a < deadline < b_at, "B held A's id while A could issue"
                 assert {_worker(i) for _, i in a.ids} == {_worker(i) for i in b_ids}, \
                     "B must have had to wait for A's id"
                 assert_unique([i for _, i in a.ids] + b_ids)
@@ -278,6 +303,19 @@ class TestDrills:
             old = {((i >> 12) & 3) for i in before}
             new = {((i >> 12) & 3) for i in after}
             assert old.isdisjoint(new), (old, new)
+
+
+def started(config: Path, name: str) -> Any:
+    """A kit whose generator ``name`` holds its lease, or None while none is free."""
+    import flakekit
+
+    kit = flakekit.load(config)
+    try:
+        kit[name]
+    except FlakekitError:
+        kit.close()
+        return None
+    return kit
 
 
 def _draw(gen: Any) -> list[int] | None:
