@@ -19,12 +19,8 @@ layer), and needs nothing of it: four small POSTs.
 
 from __future__ import annotations
 
-import http.client
-import json
-import socket
 import threading
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode, urlsplit
 
 import attrs
 from attrs.validators import instance_of, optional
@@ -59,6 +55,8 @@ def _window(value: Any) -> int | None:
 
 
 def _url(value: Any) -> str:
+    from urllib.parse import urlsplit
+
     parts = urlsplit(value) if isinstance(value, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
             or parts.path not in ("", "/") or parts.query:
@@ -132,7 +130,7 @@ class HttpAllocator:
         send = self.clock.monotonic_ns()
         # what this host could stamp until the next renewal: the id's mark in the registry
         mark = max(issued_until_ns, self.clock.time_ns() + ttl)
-        answer = self._call("POST", f"/{quote(lease_id, safe='')}/renew",
+        answer = self._call("POST", f"/{lease_id}/renew",
                             {"epoch": lease.epoch, "mark": mark})
         if (answer.get("worker_id"), answer.get("epoch")) != (lease.worker_id, lease.epoch):
             raise LeaseLostError(f"the server renewed {answer.get('worker_id')!r} epoch "
@@ -145,7 +143,7 @@ class HttpAllocator:
         if lease_id is None:
             return
         try:
-            self._call("POST", f"/{quote(lease_id, safe='')}/release",
+            self._call("POST", f"/{lease_id}/release",
                        {"epoch": lease.epoch, "mark": max(issued_until_ns, 0)})
         except LeaseLostError:
             pass   # the server no longer holds it: nothing to give back
@@ -206,11 +204,17 @@ class HttpAllocator:
     def _call(self, method: str, tail: str, query: dict[str, int],
               granting: bool = False) -> dict[str, Any]:
         """One request; its answer, or the error it means (every one names the server)."""
+        # imported here: the plugin host loads this module for every `flakekit --help`
+        import http.client
+        import json
+        import socket
+        from urllib.parse import quote, urlencode, urlsplit
+
         s = self.settings
         parts = urlsplit(s.url)
         conn_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         conn = conn_type(parts.hostname or "", parts.port, timeout=s.timeout / NS)
-        target = f"{PREFIX}{quote(self.name, safe='')}{tail}"
+        target = f"{PREFIX}{quote(self.name, safe='')}{quote(tail)}"
         if query:
             target += "?" + urlencode(query)
         headers = {"Authorization": f"Bearer {s.token}"} if s.token else {}
