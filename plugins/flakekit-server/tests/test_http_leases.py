@@ -253,6 +253,7 @@ class TestDrills:
                 a = Issuer(a_kit, "orders")
                 poll(lambda: len(a.ids) > 50)
                 proxy.cut()
+                cut_at = time.monotonic_ns()
                 a.thread.join(30)
                 assert isinstance(a.error, LeaseError), a.error
                 last_a = a.ids[-1][0]   # taken before the call that issued it
@@ -263,6 +264,9 @@ class TestDrills:
                 with b_kit:
                     b_ids = [b_kit["orders"].next_id() for _ in range(200)]
                 assert last_a < deadline < b_at, "B held A's id while A could issue"
+                print(f"\ncut: A's last ID {(last_a - cut_at) / 1e9:.2f} s after the cut, its "
+                      f"deadline {(deadline - cut_at) / 1e9:.2f} s after; B held the id "
+                      f"{(b_at - deadline) / 1e9:.2f} s after that deadline")
                 assert {_worker(i) for _, i in a.ids} == {_worker(i) for i in b_ids}, \
                     "B must have had to wait for A's id"
                 assert_unique([i for _, i in a.ids] + b_ids)
@@ -284,6 +288,7 @@ class TestDrills:
             gen = kit["orders"]
             before = [gen.next_id() for _ in range(100)]
             server.proc.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic_ns()
             server.proc.wait()
 
             def refused() -> bool:
@@ -294,11 +299,16 @@ class TestDrills:
                 return False
 
             poll(refused, timeout=30, every=0.01)
+            refused_at = time.monotonic_ns()
             again = serve(tmp_path, config, "--port", str(port))
+            up_at = time.monotonic_ns()
             try:
-                after = poll(lambda: _draw(gen), timeout=30, every=0.1)
+                after = poll(lambda: _draw(gen), timeout=30, every=0.05)
             finally:
                 again.stop()
+            print(f"\nserver kill -9: IDs refused {(refused_at - killed_at) / 1e9:.2f} s after; "
+                  f"restarted: IDs again (a new id) {(time.monotonic_ns() - up_at) / 1e9:.2f} s "
+                  "after it served")
             assert_unique(before + after)
             old = {((i >> 12) & 3) for i in before}
             new = {((i >> 12) & 3) for i in after}
