@@ -186,11 +186,12 @@ class HttpAllocator:
                                   f"{valid / NS:g} s; the safety window must be less than "
                                   "half of it")
             deadline = send + valid - window
-            fields = dict(worker_id=int(answer["worker_id"]), epoch=int(answer["epoch"]),
-                          holder=str(answer["holder"]), ttl=valid / NS, deadline_ns=deadline,
-                          not_before_ns=int(answer["not_before_ns"]),
-                          stamp_until_ns=int(answer["stamp_until_ns"]),
-                          extra={str(k): int(v) for k, v in (answer.get("extra") or {}).items()})
+            stamp_until = int(answer["stamp_until_ns"])
+            lease = WorkerLease(
+                worker_id=int(answer["worker_id"]), epoch=int(answer["epoch"]),
+                holder=str(answer["holder"]), ttl=valid / NS, deadline_ns=deadline,
+                not_before_ns=int(answer["not_before_ns"]), stamp_until_ns=stamp_until,
+                extra={str(k): int(v) for k, v in (answer.get("extra") or {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
             raise BackendError(f"{self.settings.url}: the lease answer is malformed "
                                f"({exc!r}); is it a flakekit server of the same version?") from None
@@ -198,8 +199,8 @@ class HttpAllocator:
             raise BackendError(f"{self.settings.url}: the answer came after the lease's "
                                "deadline (the request took longer than the validity)")
         if old is None:
-            return WorkerLease(**fields)  # type: ignore[arg-type]
-        return attrs.evolve(old, deadline_ns=deadline, stamp_until_ns=fields["stamp_until_ns"])
+            return lease
+        return attrs.evolve(old, deadline_ns=deadline, stamp_until_ns=stamp_until)
 
     def _call(self, method: str, tail: str, query: dict[str, int],
               granting: bool = False) -> dict[str, Any]:

@@ -238,7 +238,7 @@ def _lease_paths() -> dict[str, Any]:
     errors = {**_errors(400, 401, 404, 503),
               **{str(c): _json(_ERROR, text) for c, text in why.items()}}
     errors["429"]["headers"] = _RETRY
-    secure = [{"bearer": []}]
+    secure: list[dict[str, list[str]]] = [{"bearer": []}]
     mark = q("mark", "The client's high-water mark: wall ns it may stamp IDs up to")
     epoch = q("epoch", "The lease's epoch (fencing token)")
     renewed = _json(_GRANT, "Renewed: valid_for_ns counts from the request's send time")
