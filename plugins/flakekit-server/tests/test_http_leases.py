@@ -30,7 +30,8 @@ TOKEN = "lease-token-0123456789abcdef"
 SHORT = 'heartbeat = "500ms", reclaim_after = ["3s"], safety_window = "1s"'
 CONTRACT_GENERATORS = 16
 
-pg_url = pytest.fixture(fresh_pg)
+#: every test here talks to a `flakekit serve` over PostgreSQL (not the fast lane)
+pytestmark = pytest.mark.postgresql
 
 
 def lease_config(path: Path, url: str, names: list[str], *, allocator: str = SHORT,
@@ -92,16 +93,16 @@ def allocator(base: str, name: str, token: str | None = TOKEN, window: str = "30
 def served(tmp_path_factory) -> Any:
     """One server for the contract: generators c0..c15, each its own service, none held."""
     tmp = tmp_path_factory.mktemp("leases")
-    gen = fresh_pg()
-    url = next(gen)
     names = [f"c{i}" for i in range(CONTRACT_GENERATORS)]
-    config = lease_config(tmp / "server.toml", url, names)
-    assert run_cli("db", "init", "--config", str(config)).returncode == 0
-    server = serve(tmp, config)
-    free_own_ids(url, names)
-    yield server, iter(names[:-2]), url   # c14 and c15: TestEndpoints
-    server.stop()
-    next(gen, None)
+    for url in fresh_pg():
+        config = lease_config(tmp / "server.toml", url, names)
+        assert run_cli("db", "init", "--config", str(config)).returncode == 0
+        server = serve(tmp, config)
+        try:
+            free_own_ids(url, names)
+            yield server, iter(names[:-2]), url   # c14 and c15: TestEndpoints
+        finally:
+            server.stop()
 
 
 class TestHttpAllocatorContract(AllocatorContract):
