@@ -117,7 +117,11 @@ class HttpAllocator:
         send = self.clock.monotonic_ns()
         query = {"max_worker_id": request.max_worker_id, "clock": self.clock.time_ns()}
         answer = self._call("POST", "", query, granting=True)
-        lease = self._lease(answer, send, None)
+        try:
+            lease = self._lease(answer, send, None)
+        except (BackendError, ConfigError):
+            self._give_back(answer)   # unusable here: let the server free it at once
+            raise
         with self._lock:
             self._leases[lease.worker_id, lease.epoch] = str(answer["lease"])
             self._ttl[lease.worker_id, lease.epoch] = int(answer["ttl_ns"])
@@ -147,6 +151,13 @@ class HttpAllocator:
                        {"epoch": lease.epoch, "mark": max(issued_until_ns, 0)})
         except LeaseLostError:
             pass   # the server no longer holds it: nothing to give back
+
+    def _give_back(self, answer: dict[str, Any]) -> None:
+        try:
+            self._call("POST", f"/{answer['lease']}/release",
+                       {"epoch": int(answer["epoch"]), "mark": self.clock.time_ns()})
+        except (KeyError, TypeError, ValueError, BackendError, LeaseLostError):
+            pass   # it lapses on the server
 
     def records(self) -> list[WorkerRecord]:
         answer = self._call("GET", "", {})
@@ -181,10 +192,6 @@ class HttpAllocator:
             window = self.settings.safety_window
             if window is None:
                 window = min(valid // 5, MAX_DEFAULT_WINDOW_NS)
-            elif window * 2 >= valid:
-                raise ConfigError(f"{self.path}.safety_window", f"the server grants "
-                                  f"{valid / NS:g} s; the safety window must be less than "
-                                  "half of it")
             deadline = send + valid - window
             stamp_until = int(answer["stamp_until_ns"])
             lease = WorkerLease(
@@ -193,10 +200,14 @@ class HttpAllocator:
                 not_before_ns=int(answer["not_before_ns"]), stamp_until_ns=stamp_until,
                 extra={str(k): int(v) for k, v in (answer.get("extra") or {}).items()})
         except (KeyError, TypeError, ValueError) as exc:
-            raise BackendError(f"{self.settings.url}: the lease answer is malformed "
+            raise BackendError(f"lease server {self.settings.url}: the answer is malformed "
                                f"({exc!r}); is it a flakekit server of the same version?") from None
+        if window * 2 >= valid:
+            raise ConfigError(f"{self.path}.safety_window", f"the server grants "
+                              f"{valid / NS:g} s; the safety window must be less than half "
+                              "of it")
         if deadline <= self.clock.monotonic_ns():
-            raise BackendError(f"{self.settings.url}: the answer came after the lease's "
+            raise BackendError(f"lease server {self.settings.url}: the answer came after the lease's "
                                "deadline (the request took longer than the validity)")
         if old is None:
             return lease

@@ -172,6 +172,15 @@ class TestEndpoints:
         assert status == 405
         alloc.release(lease, time.time_ns())
 
+    def test_a_safety_window_of_half_the_validity_is_refused(self, served):
+        """A client window that would leave less than half the granted validity fails the
+        acquire with one line naming allocator.safety_window, and the grant goes back."""
+        server = served[0]
+        base = f"http://127.0.0.1:{server.port}"
+        with pytest.raises(ConfigError, match=r"allocator\.safety_window.*less than half"):
+            allocator(base, "c15", window="1s").acquire(LeaseRequest("x", 0, ""))
+        assert allocator(base, "c15").acquire(LeaseRequest("x", 0, "")).worker_id == 0
+
     def test_rate_limited_per_token(self, served):
         """A token that asks too often gets 429 with Retry-After; the limit is per token."""
         server = served[0]
