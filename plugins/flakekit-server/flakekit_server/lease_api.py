@@ -91,10 +91,10 @@ class RateLimit:
         with self._lock:
             level, then = self._buckets.get(client, (self.burst, now))
             level = min(self.burst, level + (now - then) * self.rate)
-            if level < 1.0:
+            if level < 1.0 - 1e-9:   # (a client that waited as told is not refused by rounding)
                 self._buckets[client] = (level, now)
                 return (1.0 - level) / self.rate
-            self._buckets[client] = (level - 1.0, now)
+            self._buckets[client] = (max(0.0, level - 1.0), now)
             return 0.0
 
 
