@@ -42,6 +42,7 @@ BUILTIN_PLUGINS = (
     "flakekit.builtin.clocks",
     "flakekit.builtin.static",
     "flakekit.builtin.sql",
+    "flakekit.builtin.http_lease",
     "flakekit.builtin.segments",
     "flakekit.builtin.strategies",
     "flakekit.builtin.cluster",

@@ -310,6 +310,10 @@ class IdService:
             "/cache": self._cache,
             "/db": self._leaf_db,
         }
+        # worker-id leases for library clients (allocator type "http"): POST, off the loop
+        from flakekit_server.lease_api import LeaseApi
+
+        self.leases = LeaseApi(kit, options.tokens, workers=options.workers)
 
     def _key_services(self) -> dict[str, Any]:
         """A started :class:`~flakekit.generators.segment_service.SegmentService` per segment generator
@@ -366,6 +370,7 @@ class IdService:
             self._batch_pool.shutdown(wait=False, cancel_futures=True)
         if self.cluster is not None:
             self.cluster.close()
+        self.leases.close()
 
     def _add_fast(self, url: bytes, name: str) -> None:
         if name in self.strict or self.options.tokens.protected(name) or not KEY_RE.fullmatch(url.rsplit(b"/", 1)[1].decode()):
@@ -411,6 +416,9 @@ class IdService:
             if leaf is not None:
                 route = leaf.__name__.lstrip("_")
                 return leaf(query, authorization)
+            if path.startswith("/api/v1/leases/"):   # POST as well: flakekit_server/lease_api.py
+                route = "leases"
+                return self.leases.handle(method, path[15:], query, authorization)
             # HEAD (GET's headers, no body: http.py) only where a GET has no effect: never
             # on /api/v1/next, which would spend IDs
             if method != b"GET" and not (method == b"HEAD" and path in self.routes):

@@ -207,6 +207,64 @@ def paths(max_count: int, formats: tuple[str, ...]) -> dict[str, Any]:
             _json(_CLUSTER, "The view"), "cluster",
             extra={"404": _json(_ERROR, "Not in cluster mode (no [cluster] in the config)")}),
         "/openapi.json": _ops("This document", _json({"type": "object"}, "OpenAPI 3.1")),
+        **_lease_paths(),
+    }
+
+
+_GRANT = {"type": "object",
+          "required": ["lease", "generator", "worker_id", "epoch", "holder", "valid_for_ns",
+                       "ttl_ns", "renew_interval_s", "not_before_ns", "stamp_until_ns"],
+          "properties": {"lease": {"type": "string"}, "generator": {"type": "string"},
+                         "worker_id": {"type": "integer"}, "epoch": {"type": "integer"},
+                         "holder": {"type": "string"}, "extra": {"type": "object"},
+                         "valid_for_ns": {"type": "integer"}, "ttl_ns": {"type": "integer"},
+                         "renew_interval_s": {"type": "number"},
+                         "not_before_ns": {"type": "integer"},
+                         "stamp_until_ns": {"type": "integer"}}}
+
+
+def _lease_paths() -> dict[str, Any]:
+    """Worker-id leases for the ``http`` allocator (flakekit_server/lease_api.py)."""
+    def q(name: str, description: str) -> dict[str, Any]:
+        return {"name": name, "in": "query", "required": True, "description": description,
+                "schema": {"type": "string", "pattern": "^[0-9]{1,19}$"}}
+
+    gen = _path_param("generator", "A snowflake generator of this server (its registry)")
+    lease = _path_param("lease", "The lease id the grant answered", None)
+    why = {403: "The generator has no token in --token-file: leases need one",
+           409: "This generator cannot lease to clients (no registry, or --workers > 1)",
+           410: "This server holds no such lease (restarted, lapsed, other epoch): stop",
+           429: "Too many lease requests from this token (retry after Retry-After seconds)"}
+    errors = {**_errors(400, 401, 404, 503),
+              **{str(c): _json(_ERROR, text) for c, text in why.items()}}
+    errors["429"]["headers"] = _RETRY
+    secure: list[dict[str, list[str]]] = [{"bearer": []}]
+    mark = q("mark", "The client's high-water mark: wall ns it may stamp IDs up to")
+    epoch = q("epoch", "The lease's epoch (fencing token)")
+    renewed = _json(_GRANT, "Renewed: valid_for_ns counts from the request's send time")
+    released = _json({"type": "object", "required": ["released", "worker_id"],
+                      "properties": {"released": {"type": "boolean"},
+                                     "worker_id": {"type": "integer"}}}, "Released")
+    return {
+        "/api/v1/leases/{generator}": {
+            "post": {"summary": "Grant a worker-id lease from the generator's registry",
+                     "tags": ["leases"], "security": secure, "parameters": [
+                         gen, q("max_worker_id", "The client layout's largest worker id"),
+                         q("clock", "The client's wall clock (ns) when it sent the request")],
+                     "responses": {"200": _json(_GRANT, "Granted"), **errors}},
+            "get": {"summary": "The registry's records (for `flakekit workers`)",
+                    "tags": ["leases"], "security": secure, "parameters": [gen],
+                    "responses": {"200": _json({"type": "object"}, "Records"), **errors}}},
+        "/api/v1/leases/{generator}/{lease}/renew": {
+            "post": {"summary": "Renew a lease (refused with 410 once it is not held)",
+                     "tags": ["leases"], "security": secure,
+                     "parameters": [gen, lease, epoch, mark],
+                     "responses": {"200": renewed, **errors}}},
+        "/api/v1/leases/{generator}/{lease}/release": {
+            "post": {"summary": "Give a lease back (the client has stopped issuing)",
+                     "tags": ["leases"], "security": secure,
+                     "parameters": [gen, lease, epoch, mark],
+                     "responses": {"200": released, **errors}}},
     }
 
 
@@ -240,4 +298,6 @@ def served_paths(service: Any) -> set[str]:
     out = set(service.routes) | set(service.leaf_routes)
     for prefix, _, _ in (*service._leaf_prefixes, *service._prefixes):
         out.add(prefix + "{" + params.get(prefix, "param") + "}")
+    out |= {"/api/v1/leases/{generator}", "/api/v1/leases/{generator}/{lease}/renew",
+            "/api/v1/leases/{generator}/{lease}/release"}   # IdService.leases
     return out
