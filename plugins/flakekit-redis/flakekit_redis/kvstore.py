@@ -30,7 +30,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, LeaseLostError
+from flakekit.plugin import (
+    BackendError,
+    KvEntry,
+    KvOp,
+    KvState,
+    LeaseLostError,
+    WorkerExhaustedError,
+)
 from flakekit_redis.errors import RedisDataLostError
 from flakekit_redis.guard import Guard
 
@@ -198,11 +205,13 @@ class RedisKvStore:
     def state(self) -> str:
         return self._state
 
-    def _lose(self, why: str) -> LeaseLostError:
+    def _lose(self, why: str, *, tell: bool = True) -> LeaseLostError:
+        """The session is gone. ``tell=False``: the error alone carries the reason (the
+        listener's LOST would replace it with "session expired")."""
         with self._lock:
             was = self._state
             self._state = KvState.LOST
-        if was == KvState.CONNECTED:
+        if was == KvState.CONNECTED and tell:
             self._tell(KvState.LOST)
         return LeaseLostError(why)
 
@@ -215,7 +224,7 @@ class RedisKvStore:
             out = self._run("keepalive", _KEEPALIVE, [self._sess_prefix + str(session)],
                             [self.ttl_ms], what="renewing the session", write=True)
         except RedisDataLostError as exc:
-            raise self._lose(str(exc)) from None
+            raise self._lose(str(exc), tell=False) from None
         if out[0] == "GONE":
             raise self._lose(f"the Redis session {session} expired (its key "
                              f"{self._sess_prefix}{session} is gone)")
@@ -286,7 +295,7 @@ class RedisKvStore:
                         what=f"writing {ops[0].key}", write=True)
         status = out[0]
         if status == "HOLD":
-            raise BackendError(
+            raise WorkerExhaustedError(   # like a quarantine: retry later
                 f"{self.where}, prefix '{self.guard.prefix}' was re-seeded: no worker id "
                 f"is granted for {_int(out[1]) / 1000:.1f} s more, until every lease given "
                 "out before the data loss has run out (the hold of `flakekit redis reseed`)")

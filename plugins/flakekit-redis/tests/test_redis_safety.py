@@ -15,7 +15,7 @@ from flakekit_redis.errors import RedisDataLostError
 from flakekit_redis.guard import guard_for
 from redishelpers import allocator, seed, store
 
-from flakekit.errors import BackendError, LeaseLostError, UnknownKeyError
+from flakekit.errors import LeaseLostError, UnknownKeyError, WorkerExhaustedError
 from flakekit.leases.lease import LeaseRequest
 from flakekit.plugin import FieldError
 from flakekit.testing.cli import run_cli
@@ -150,7 +150,7 @@ def test_reseed_continues_above_the_floor_and_stops_old_processes(redis_url, rpr
     fresh = store(redis_url, rprefix, step=10)
     assert fresh.fetch("a").start >= 5000
     assert fresh.fetch("b").start >= 5000
-    with pytest.raises(BackendError) as held:
+    with pytest.raises(WorkerExhaustedError) as held:
         allocator(redis_url, rprefix).acquire(REQ)
     assert "re-seeded" in str(held.value) and "\n" not in str(held.value)
     # an old process (it remembers the marker it started with) is told, not served
