@@ -176,7 +176,9 @@ class RedisSegmentStore:
             [key, "" if step is None else step,
              "" if self.create_step is None else self.create_step, self.start],
             what=f"fetching a segment of key {key!r}", write=True)
-        status = out[0] if out else "UNKNOWN"
+        if out is None:
+            out = ["UNKNOWN"]
+        status = out[0]
         if status == "UNKNOWN":
             raise UnknownKeyError(key, f" (no key {self.guard.segment_key(key)} in "
                                   f"{self.where}; create it with step = N in the store's "
@@ -187,9 +189,9 @@ class RedisSegmentStore:
                 "is gone (deleted, or lost); refusing to count it again from its start. Fix: "
                 "`flakekit redis reseed --floor N`, N above every ID it issued")
         if status in ("BAD", "FULL"):
-            max_id, db_step = _text(out[1]), _text(out[2])
-            problem = (f"max_id {max_id} + step would pass {MAX_ID} (used up)" if status == "FULL"
-                       else f"max_id {max_id!r} / step {db_step!r} are not positive integers")
+            bad_max, bad_step = _text(out[1]), _text(out[2])
+            problem = (f"max_id {bad_max} + step would pass {MAX_ID} (used up)" if status == "FULL"
+                       else f"max_id {bad_max!r} / step {bad_step!r} are not positive integers")
             raise SegmentRowError(key, f"segment store {self.where}: key {key!r} cannot serve "
                                   f"a segment: {problem}; nothing was allocated", None)
         max_id, db_step = int(_text(out[1])), int(_text(out[2]))

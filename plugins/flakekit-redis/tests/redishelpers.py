@@ -7,7 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flakekit_redis import RedisSettings, RedisStoreSettings, build_redis_allocator, build_redis_store
+from flakekit_redis import (
+    RedisSettings,
+    RedisStoreSettings,
+    build_redis_allocator,
+    build_redis_store,
+)
 
 from flakekit.assembly.context import BuildContext
 from flakekit.testing import free_port, listening

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from flakekit_redis.errors import RedisDataLostError
 from redishelpers import seed, store
 
 import flakekit
 from flakekit.errors import FlakekitError
-from flakekit_redis.errors import RedisDataLostError
 
 pytestmark = pytest.mark.slow
 

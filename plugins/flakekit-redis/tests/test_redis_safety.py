@@ -215,3 +215,20 @@ def test_cli_errors_are_one_line(tmp_path, capsys, redis_url):
     assert code == 2 and "\n" not in err.strip() and "allocator.ttl" in err, err
     code, _, err = run_cli(capsys, "redis", "check", "--url", "redis://127.0.0.1:1/0")
     assert code == 1 and "\n" not in err.strip() and "did not answer" in err, err
+
+
+def test_a_used_up_key_is_refused_and_not_moved(redis_url, rprefix):
+    """max_id + step past 2^63 - 1 (the BIGINT bound): SegmentRowError, max_id unchanged."""
+    from flakekit.errors import SegmentRowError
+
+    seed(redis_url, rprefix)
+    segs = store(redis_url, rprefix)
+    segs.create("k", 10)
+    client = redis.Redis.from_url(redis_url)
+    top = str(2**63 - 5)
+    client.hset("{" + rprefix + "}/segments/k", "max_id", top)
+    with pytest.raises(SegmentRowError) as info:
+        segs.fetch("k")
+    assert "used up" in str(info.value)
+    assert client.hget("{" + rprefix + "}/segments/k", "max_id").decode() == top
+    client.close()
