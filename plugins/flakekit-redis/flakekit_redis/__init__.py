@@ -44,22 +44,11 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 MIN_TTL_NS = 1_000_000_000
 
 
-def _duration(value: Any) -> int:
-    ns = parse_duration_ns(value)
-    if ns <= 0:
-        raise ValueError(f"must be a positive duration such as '10s', got {value!r}")
-    return ns
-
-
-def _duration0(value: Any) -> int:
-    ns = parse_duration_ns(value)
-    if ns < 0:
-        raise ValueError(f"must be a duration >= 0 such as '30s', got {value!r}")
-    return ns
-
-
-def _optional_duration0(value: Any) -> int | None:
-    return None if value is None else _duration0(value)
+def _at_least(owner: Any, field: str, floor_ns: int, what: str) -> None:
+    """A duration setting (parsed by ``parse_duration_ns``) below ``floor_ns``: FieldError."""
+    value = getattr(owner, field)
+    if value is not None and value < floor_ns:
+        raise FieldError(field, f"'{field}' must be {what}, got {value / 1e9:g} s")
 
 
 def _check_url(url: str | None) -> None:
@@ -86,13 +75,15 @@ class _Common:
 
     url: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     prefix: str = attrs.field(default="flakekit", validator=instance_of(str))
-    connect_timeout: int = attrs.field(default="5s", converter=_duration)  # type: ignore[assignment]  # converted
+    connect_timeout: int = attrs.field(default="5s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
     init: str = attrs.field(default="operator", validator=in_(("operator", "first-use")))
     replicas: int = attrs.field(default=0, validator=instance_of(int))
-    wait_timeout: int = attrs.field(default="1s", converter=_duration)  # type: ignore[assignment]  # converted
+    wait_timeout: int = attrs.field(default="1s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
 
     def _check_common(self) -> None:
         _check_url(self.url)
+        _at_least(self, "connect_timeout", 1, "a positive duration such as '5s'")
+        _at_least(self, "wait_timeout", 1_000_000, "at least 1ms")
         if not self.prefix or any(c in self.prefix for c in "{}/"):
             raise FieldError("prefix", "'prefix' must be a non-empty name without '{', '}' "
                              f"or '/', got {self.prefix!r}")
@@ -125,14 +116,15 @@ class RedisSettings(_Common):
     """
 
     service: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    ttl: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
-    safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
-    quarantine: int = attrs.field(default="30s", converter=_duration0)  # type: ignore[assignment]  # converted
+    ttl: int = attrs.field(default="10s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
+    safety_window: int | None = attrs.field(default=None, converter=attrs.converters.optional(parse_duration_ns))
+    quarantine: int = attrs.field(default="30s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
 
     def __attrs_post_init__(self) -> None:
         self._check_common()
-        if self.ttl < MIN_TTL_NS:
-            raise FieldError("ttl", "'ttl' must be at least 1s")
+        _at_least(self, "ttl", MIN_TTL_NS, "at least 1s")
+        _at_least(self, "quarantine", 0, "a duration >= 0 such as '30s'")
+        _at_least(self, "safety_window", 0, "a duration >= 0 such as '2s'")
         if self.ttl % 1_000_000:
             raise FieldError("ttl", "'ttl' must be whole milliseconds (Redis's PX)")
         window = self.safety_window

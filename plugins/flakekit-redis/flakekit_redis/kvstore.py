@@ -170,16 +170,20 @@ class RedisKvStore:
         except RedisDataLostError:
             raise
         except BackendError:
-            if not self._failing and self._session is not None:
-                self._failing = True
-                self._tell(KvState.SUSPENDED)
+            self._reached(False)
             raise
-        if self._failing:
-            self._failing = False
-            self._tell(KvState.CONNECTED)
+        self._reached(True)
         if out is None:   # first-use, empty namespace, a read: nothing there
             return ["EMPTY"]
         return out
+
+    def _reached(self, ok: bool) -> None:
+        """Tell a change once: SUSPENDED at the first failure, CONNECTED at the next
+        success (only while a session is held)."""
+        if ok == self._failing:
+            self._failing = not ok
+            if self._session is not None:
+                self._tell(KvState.CONNECTED if ok else KvState.SUSPENDED)
 
     def connect(self) -> None:
         if self.state == KvState.CONNECTED:

@@ -102,10 +102,6 @@ class RedisAllocation:
     step: int
     db_step: int
 
-    @property
-    def start(self) -> int:
-        return self.max_id - self.step
-
 
 @attrs.frozen
 class RedisKeyInfo:
@@ -201,14 +197,14 @@ class RedisSegmentStore:
             # scripts run one at a time, so seq orders the fetches of racing threads: a
             # later one starts at or above the earlier one's end (one that was overtaken
             # by a later one is not checked)
-            if last_seq and seq > last_seq and got.start < last.stop:
+            if last_seq and seq > last_seq and got.max_id - got.step < last.stop:
                 raise RedisDataLostError(
-                    f"{self.where}: key {key!r} handed out [{got.start}, {max_id}) after this "
+                    f"{self.where}: key {key!r} handed out [{got.max_id - got.step}, {max_id}) after this "
                     f"process had fetched [{last.start}, {last.stop}): Redis went back (a "
                     "fail-over or a restore lost writes); the range is not used. Fix: "
                     f"`flakekit redis reseed --floor N`, N at least {last.stop}")
             if seq > last_seq:
-                self._last[key] = (seq, range(got.start, max_id))
+                self._last[key] = (seq, range(got.max_id - got.step, max_id))
         return got
 
     def give_back(self, key: str, expected_max_id: int, new_max_id: int) -> bool:
