@@ -236,3 +236,34 @@ def test_a_used_up_key_is_refused_and_not_moved(redis_url, rprefix):
     assert "used up" in str(info.value)
     assert client.hget("{" + rprefix + "}/segments/k", "max_id").decode() == top
     client.close()
+
+
+def test_a_write_wait_could_not_confirm_is_not_used(redis_url, rprefix):
+    """replicas = 1 on a Redis without replicas: WAIT times out, the fetch fails with one
+    line and its range is dropped (the next fetch starts after it, never inside)."""
+    from flakekit.errors import BackendError
+
+    seed(redis_url, rprefix)
+    waiting = store(redis_url, rprefix, step=10, replicas=1, wait_timeout="50ms")
+    with pytest.raises(BackendError) as info:
+        waiting.fetch("k")
+    assert "only 0 of 1 replicas confirmed" in str(info.value)
+    assert "\n" not in str(info.value)
+    assert first_id(store(redis_url, rprefix, step=10).fetch("k")) == 11
+    assert "too few" in durability(waiting.guard).line
+
+
+def test_workers_lists_a_redis_lease(redis_url, rprefix, tmp_path, capsys):
+    seed(redis_url, rprefix)
+    cfg = tmp_path / "flakekit.toml"
+    cfg.write_text(textwrap.dedent(f"""
+        [generators.orders]
+        strategy = "snowflake"
+        allocator = {{ type = "redis", url = "{redis_url}", prefix = "{rprefix}" }}
+    """))
+    holder = allocator(redis_url, rprefix, service="orders")
+    lease = holder.acquire(REQ)
+    code, out, err = run_cli(capsys, "workers", "--config", str(cfg), "--json")
+    assert code == 0, err
+    assert f'"worker_id": {lease.worker_id}' in out and '"state": "held"' in out, out
+    holder.close()
