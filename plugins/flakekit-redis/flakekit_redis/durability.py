@@ -95,7 +95,7 @@ def durability(guard: Guard) -> Verdict:
         mark = f"marker {marker.get('id')} ({marker.get('how', '?')}, seq {marker.get('seq')})"
     else:
         mark = "no marker: allocations are refused until `flakekit redis reseed`"
-    after = ("" if level == DURABLE else
+    after = ("" if level == DURABLE or not marker else
              "; after a loss flakekit refuses until `flakekit redis reseed`")
     line = (f"Redis {guard.where} prefix '{guard.prefix}': {level}: {disk}; {repl}; "
             f"{mark}{after}")

@@ -236,10 +236,17 @@ class Guard:
         (the marker decides; a restart with AOF keeps it and is fine)."""
         info = self.call("reading INFO", self.client.info, "server", "replication")
         run_id, replid = str(info.get("run_id", "")), str(info.get("master_replid", ""))
+        replid2 = str(info.get("master_replid2", ""))
         with self._lock:
-            if self.run_id and run_id != self.run_id:
-                self.history.append(f"the server restarted (run_id {self.run_id[:8]} -> "
-                                    f"{run_id[:8]})")
+            if self.run_id and run_id != self.run_id and self.replid and replid2 == self.replid:
+                self.history.append(f"it failed over to a replica (run_id {self.run_id[:8]} -> "
+                                    f"{run_id[:8]}, which took over replication id "
+                                    f"{self.replid[:8]})")
+                log.warning("Redis at %s failed over (run_id %s -> %s)", self.where,
+                            self.run_id, run_id)
+            elif self.run_id and run_id != self.run_id:
+                self.history.append(f"the server restarted or was replaced (run_id "
+                                    f"{self.run_id[:8]} -> {run_id[:8]})")
                 log.warning("Redis at %s restarted (run_id %s -> %s)", self.where,
                             self.run_id, run_id)
             elif self.replid and replid != self.replid:

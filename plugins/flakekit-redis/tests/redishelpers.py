@@ -61,8 +61,9 @@ def seed(url: str, prefix: str, floor: int = 0, hold_ms: int = 0) -> None:
 class RedisServer:
     """A throw-away ``redis-server`` on a free loopback port, nothing on disk."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *extra: str) -> None:
         self.dir = tmp
+        self.extra = extra   # more redis-server options ("--replicaof", host, port)
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -71,7 +72,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
              "--save", "", "--appendonly", "no", "--dir", str(self.dir),
-             "--daemonize", "no", "--loglevel", "warning"],
+             "--daemonize", "no", "--loglevel", "warning", *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         end = time.monotonic() + 10
         while not (listening(self.port) and ping(self.url)):

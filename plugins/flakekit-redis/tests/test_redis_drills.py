@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from flakekit_redis.errors import RedisDataLostError
-from redishelpers import seed, store
+from redishelpers import RedisServer, seed, store
 
 import flakekit
 from flakekit.errors import FlakekitError
@@ -124,7 +124,7 @@ def test_restart_without_data_is_refused_until_reseeded(tmp_path, throwaway_redi
     assert "lost flakekit's data" in " ".join(err), err
     with pytest.raises(RedisDataLostError) as lost:
         segs.fetch("invoices")
-    assert "lost flakekit's data" in str(lost.value) and "restarted" in str(lost.value)
+    assert "lost flakekit's data" in str(lost.value) and "restarted or was replaced" in str(lost.value)
     fresh = subprocess.run([sys.executable, "-m", "flakekit.cli", "next", "orders", "-c", str(cfg)],
                            capture_output=True, text=True, timeout=60)
     assert fresh.returncode == 1, fresh
@@ -150,3 +150,45 @@ def test_restart_without_data_is_refused_until_reseeded(tmp_path, throwaway_redi
           f"reseed --floor {floor} the store went on at {after.max_id - after.step}; "
           f"{len(ids)} IDs, no duplicate")
     assert isinstance(lost.value, FlakekitError)
+
+
+def test_a_promoted_replica_that_missed_writes_is_refused(tmp_path, throwaway_redis):
+    """A replica promoted before it got the last fetches, the address moved to it (a
+    proxy, as a VIP or DNS would): the next fetch is refused (the marker's counter went
+    back), never a range the old primary handed out."""
+    import redis
+
+    from flakekit.testing import TcpProxy
+
+    primary = throwaway_redis
+    replica = RedisServer(tmp_path / "replica", "--replicaof", "127.0.0.1", str(primary.port))
+    (tmp_path / "replica").mkdir()
+    replica.start()
+    to_replica = redis.Redis.from_url(replica.url)
+    end = time.monotonic() + 30
+    while to_replica.info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < end, "the replica did not sync"
+        time.sleep(0.05)
+    proxy = TcpProxy(primary.port).start()
+    try:
+        url = f"redis://{proxy.address}/0"
+        seed(url, "fo")
+        segs = store(url, "fo", step=100)
+        before = [segs.fetch("k") for _ in range(2)]
+        to_primary = redis.Redis.from_url(primary.url)
+        assert to_primary.wait(1, 2000) == 1           # the replica has these
+        to_replica.replicaof("NO", "ONE")              # promoted now
+        missed = [segs.fetch("k") for _ in range(2)]    # the replica never sees these
+        proxy.cut()
+        proxy.target_port = replica.port               # the address follows the promotion
+        proxy.restore()
+        with pytest.raises(RedisDataLostError) as info:
+            segs.fetch("k")
+        assert "went back" in str(info.value) and "failed over to a replica" in str(info.value), info.value
+        got = before + missed
+        starts = [a.max_id - a.step for a in got]
+        assert len(set(starts)) == len(starts)
+        print(f"\nfail-over drill: refused after the promotion: {info.value}")
+    finally:
+        proxy.stop()
+        replica.stop()
