@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from flakekit.plugin import BackendError
-from flakekit_redis.guard import Guard
+from flakekit_redis.guard import Guard, eviction
 
 __all__ = ["Verdict", "durability"]
 
@@ -48,7 +48,8 @@ def _config(guard: Guard, name: str) -> str | None:
 
 def durability(guard: Guard) -> Verdict:
     """The verdict for ``guard``'s Redis (BackendError when it does not answer)."""
-    info = guard.call("reading INFO", guard.client.info, "persistence", "replication")
+    info = guard.call("reading INFO", guard.client.info, "persistence", "replication",
+                      "memory")
     aof = _config(guard, "appendonly")
     if aof is None:
         aof = "yes" if int(info.get("aof_enabled", 0)) else "no"
@@ -60,6 +61,7 @@ def durability(guard: Guard) -> Verdict:
     marker = guard.status()
     facts = {"appendonly": aof, "appendfsync": fsync, "save": save, "role": role,
              "replicas_connected": connected, "wait_replicas": waits,
+             "maxmemory_policy": info.get("maxmemory_policy"),
              "marker": marker.get("id"), "marker_seq": marker.get("seq")}
     if aof == "yes" and fsync == "always":
         disk, disk_ok = "AOF with appendfsync always (a write survives a restart)", True
@@ -89,7 +91,10 @@ def durability(guard: Guard) -> Verdict:
         level = AT_RISK
     else:
         level = UNSAFE
-    if role != "master":
+    evicts = eviction(info)
+    if evicts:
+        disk += f"; it {evicts}: refused"
+    if role != "master" or evicts:
         level = UNSAFE
     if marker:
         mark = f"marker {marker.get('id')} ({marker.get('how', '?')}, seq {marker.get('seq')})"

@@ -152,14 +152,18 @@ class Guard:
 
         try:
             return func(*args, **kwargs)
-        except redis.exceptions.AuthenticationError as exc:
-            raise BackendError(f"Redis at {self.where} refused the credentials while "
-                               f"{what}: {exc}; fix the password in url") from None
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise BackendError(f"Redis at {self.where} did not answer while {what}: "
-                               f"{exc}") from None
         except redis.exceptions.RedisError as exc:
-            raise BackendError(f"Redis at {self.where} failed while {what}: {exc}") from None
+            raise self._translate(what, exc) from None
+
+    def _translate(self, what: str, exc: Exception) -> BackendError:
+        import redis
+
+        if isinstance(exc, redis.exceptions.AuthenticationError):
+            return BackendError(f"Redis at {self.where} refused the credentials while "
+                                f"{what}: {exc}; fix the password in url")
+        if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+            return BackendError(f"Redis at {self.where} did not answer while {what}: {exc}")
+        return BackendError(f"Redis at {self.where} failed while {what}: {exc}")
 
     def run(self, name: str, body: str, keys: Sequence[str], args: Sequence[Any], *,
             what: str, write: bool) -> list[Any] | None:
@@ -234,7 +238,20 @@ class Guard:
     def observe(self) -> None:
         """Read ``run_id`` and ``master_replid``; a change is remembered for messages
         (the marker decides; a restart with AOF keeps it and is fine)."""
-        info = self.call("reading INFO", self.client.info, "server", "replication")
+        import redis
+
+        try:
+            info = self.client.info("server", "replication", "memory")
+        except redis.exceptions.ResponseError:
+            return   # INFO not permitted (an ACL): the marker alone decides
+        except redis.exceptions.RedisError as exc:
+            raise self._translate("reading INFO", exc) from None
+        evicts = eviction(info)
+        if evicts:
+            raise BackendError(f"Redis at {self.where} {evicts}: flakekit's counters and "
+                               "leases could vanish and IDs repeat; nothing is allocated. "
+                               "Set maxmemory-policy noeviction (or maxmemory 0), or give "
+                               "flakekit a Redis of its own")
         run_id, replid = str(info.get("run_id", "")), str(info.get("master_replid", ""))
         replid2 = str(info.get("master_replid2", ""))
         with self._lock:
@@ -273,6 +290,16 @@ class Guard:
             self.marker_id, self.seq = new, 0
         return {"previous": _text(old), "marker": new, "raised": int(raised),
                 "floor": floor, "hold_ms": hold_ms, "at_ms": int(now)}
+
+
+def eviction(info: dict[str, Any]) -> str:
+    """Why this Redis may evict keys ('' when it never does): a ``maxmemory`` with a
+    policy other than ``noeviction`` (``volatile-*`` ones pick keys with an expiry: the
+    sessions that hold worker ids)."""
+    policy = str(info.get("maxmemory_policy", "noeviction"))
+    if int(info.get("maxmemory", 0) or 0) and policy != "noeviction":
+        return f"evicts keys (maxmemory {info.get('maxmemory')}, maxmemory-policy {policy})"
+    return ""
 
 
 def _text(value: Any) -> str:

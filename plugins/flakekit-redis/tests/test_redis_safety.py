@@ -267,3 +267,23 @@ def test_workers_lists_a_redis_lease(redis_url, rprefix, tmp_path, capsys):
     assert code == 0, err
     assert f'"worker_id": {lease.worker_id}' in out and '"state": "held"' in out, out
     holder.close()
+
+
+def test_a_redis_that_evicts_keys_is_refused(throwaway_redis):
+    """maxmemory with an eviction policy could drop the marker, a counter or a session:
+    nothing is allocated, one line names the settings to change; the verdict is unsafe."""
+    from flakekit.errors import BackendError
+
+    url = throwaway_redis.url
+    seed(url, "ev")
+    client = redis.Redis.from_url(url)
+    client.config_set("maxmemory", "100mb")
+    client.config_set("maxmemory-policy", "volatile-lru")
+    segs = store(url, "ev", step=10)
+    with pytest.raises(BackendError) as info:
+        segs.fetch("k")
+    assert "maxmemory-policy volatile-lru" in str(info.value) and "noeviction" in str(info.value)
+    assert durability(segs.guard).level == "unsafe"
+    client.config_set("maxmemory-policy", "noeviction")
+    assert first_id(segs.fetch("k")) == 1
+    client.close()
