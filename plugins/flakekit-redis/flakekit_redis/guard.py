@@ -324,11 +324,15 @@ def guard_for(url: str, prefix: str, connect_timeout_s: float, *, init: str = "o
 
 
 def client_for(url: str, connect_timeout_s: float) -> Any:
+    """A client that never retries by itself: a script whose reply was lost may have run,
+    and the caller (the lease keeper, the segment prefetch) decides what to do again."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     return redis.Redis.from_url(url, socket_timeout=connect_timeout_s,
                                 socket_connect_timeout=connect_timeout_s,
-                                health_check_interval=0)
+                                health_check_interval=0, retry=Retry(NoBackoff(), 0))
 
 
 def where_of(url: str) -> str:
