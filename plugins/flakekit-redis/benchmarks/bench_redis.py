@@ -50,7 +50,12 @@ def cycle(alloc: Any) -> None:
 
 def redis_numbers(url: str, n: int) -> dict[str, float]:
     import redis
-    from flakekit_redis import RedisSettings, RedisStoreSettings, build_redis_allocator, build_redis_store
+    from flakekit_redis import (
+        RedisSettings,
+        RedisStoreSettings,
+        build_redis_allocator,
+        build_redis_store,
+    )
     from flakekit_redis.guard import guard_for
 
     prefix = f"bench{uuid.uuid4().hex[:8]}"
