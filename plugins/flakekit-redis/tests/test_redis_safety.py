@@ -189,17 +189,23 @@ def test_check_gives_one_line_per_namespace(redis_url, rprefix, capsys):
     assert "marker" in verdict.line and verdict.facts["marker"]
 
 
-def test_check_from_the_config(redis_url, rprefix, tmp_path, capsys):
+def _two_generators(tmp_path, url: str, prefix: str, step: int):
+    """A config with a snowflake (redis allocator) and a segment (redis store) generator."""
     cfg = tmp_path / "flakekit.toml"
     cfg.write_text(textwrap.dedent(f"""
         [generators.orders]
         strategy = "snowflake"
-        allocator = {{ type = "redis", url = "{redis_url}", prefix = "{rprefix}" }}
+        allocator = {{ type = "redis", url = "{url}", prefix = "{prefix}" }}
 
         [generators.invoices]
         strategy = "segment"
-        store = {{ type = "redis", url = "{redis_url}", prefix = "{rprefix}", step = 100 }}
+        store = {{ type = "redis", url = "{url}", prefix = "{prefix}", step = {step} }}
     """))
+    return cfg
+
+
+def test_check_from_the_config(redis_url, rprefix, tmp_path, capsys):
+    cfg = _two_generators(tmp_path, redis_url, rprefix, 100)
     code, out, err = run_cli(capsys, "redis", "check", "--config", str(cfg))
     assert code == 0, err
     assert len(out.strip().splitlines()) == 1 and rprefix in out
@@ -295,17 +301,7 @@ def test_generators_from_a_config(redis_url, rprefix, tmp_path):
     import flakekit
 
     seed(redis_url, rprefix)
-    cfg = tmp_path / "flakekit.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        [generators.orders]
-        strategy = "snowflake"
-        allocator = {{ type = "redis", url = "{redis_url}", prefix = "{rprefix}" }}
-
-        [generators.invoices]
-        strategy = "segment"
-        store = {{ type = "redis", url = "{redis_url}", prefix = "{rprefix}", step = 10 }}
-    """))
-    kit = flakekit.load(cfg)
+    kit = flakekit.load(_two_generators(tmp_path, redis_url, rprefix, 10))
     with kit:
         invoices = [kit["invoices"].next_id() for _ in range(35)]
         orders = [kit["orders"].next_id() for _ in range(100)]
