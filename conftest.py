@@ -20,6 +20,7 @@ SERVICE_FIXTURES = frozenset({
     "pg_url", "mariadb_url", "tcp_proxy",                      # the flakekit pytest plugin
     "zk_hosts", "zk_ensemble", "zk", "ns",                     # plugins/flakekit-zookeeper
     "etcd_endpoints", "etcd_cluster",                          # plugins/flakekit-etcd
+    "redis_url", "rprefix", "throwaway_redis",                 # plugins/flakekit-redis
     "start_server",                                            # plugins/flakekit-server
 })
 SERVICE_MARKERS = ("postgresql", "mariadb", "zookeeper")

@@ -24,6 +24,7 @@ DISTRIBUTIONS = [
     ("plugins/flakekit-server", "flakekit-server", "flakekit_server"),
     ("plugins/flakekit-zookeeper", "flakekit-zookeeper", "flakekit_zookeeper"),
     ("plugins/flakekit-etcd", "flakekit-etcd", "flakekit_etcd"),
+    ("plugins/flakekit-redis", "flakekit-redis", "flakekit_redis"),
     ("examples/flakekit-example-plugin", "flakekit-example-plugin", "flakekit_example"),
 ]
 IDS = [d[1] for d in DISTRIBUTIONS]

@@ -29,6 +29,7 @@ FORBIDDEN = (
     "flakekit_server.metrics", "flakekit.values.stats", "flakekit.values.formats",
     "flakekit_zookeeper.lease", "flakekit_zookeeper.leaf", "flakekit_zookeeper.client",
     "etcd3gw", "flakekit_etcd.store", "flakekit_etcd.lease",
+    "redis", "flakekit_redis.guard", "flakekit_redis.kvstore", "flakekit_redis.segments",
     "flakekit.sql.backends", "flakekit.sql.leaf", "flakekit.sql.workers", "flakekit.sql.schema",
     "flakekit.generators.segment", "flakekit.generators.snowflake",
     "flakekit.generators.segment_service", "flakekit.leases.keeper", "flakekit.leases.kv",

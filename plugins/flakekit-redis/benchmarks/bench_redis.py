@@ -1,0 +1,139 @@
+"""The Redis paths beside the SQL ones, in one run (docs/redis.md quotes it).
+
+    .venv/bin/python plugins/flakekit-redis/benchmarks/bench_redis.py
+    .venv/bin/python plugins/flakekit-redis/benchmarks/bench_redis.py --redis redis://127.0.0.1:6379/0 \\
+        --pg postgresql+psycopg://postgres@127.0.0.1:5432/test
+
+1. A segment fetch (one thread, back to back): the ``redis`` store and the ``sql`` store on
+   PostgreSQL, same step.
+2. A worker-id renewal and an acquire + release cycle: ``redis`` and ``sql`` (PostgreSQL).
+3. A segment generator's ``next_id()`` over each store (the hot path touches neither).
+
+Keys go under a prefix of the run's own (deleted afterwards); PostgreSQL gets a fresh
+database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from flakekit.assembly.context import BuildContext
+from flakekit.leases.lease import LeaseRequest
+from flakekit.values.clock import MonotonicClock
+from flakekit.values.events import Events
+
+REQ = LeaseRequest("bench", 1023, "10.9.8.7", 8080)
+
+
+def per_call(fn: Callable[[], Any], n: int) -> float:
+    """Seconds per call of ``fn`` over ``n`` calls."""
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n
+
+
+def ctx(name: str) -> BuildContext:
+    return BuildContext(name, f"generators.{name}", None, MonotonicClock(), Events(), None,
+                        None, "10.9.8.7", 8080, 0)  # type: ignore[arg-type]
+
+
+def cycle(alloc: Any) -> None:
+    lease = alloc.acquire(REQ)
+    alloc.release(lease, time.time_ns())
+    alloc.close()
+
+
+def redis_numbers(url: str, n: int) -> dict[str, float]:
+    import redis
+    from flakekit_redis import (
+        RedisSettings,
+        RedisStoreSettings,
+        build_redis_allocator,
+        build_redis_store,
+    )
+    from flakekit_redis.guard import guard_for
+
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    guard_for(url, prefix, 5.0).reseed(0, 0)
+    try:
+        store = build_redis_store(RedisStoreSettings(url=url, prefix=prefix), ctx("b"))
+        store.create("k", 1000)
+        alloc = build_redis_allocator(RedisSettings(url=url, prefix=prefix, quarantine="0s"),
+                                      ctx("b"))
+        lease = alloc.acquire(REQ)
+        out = {"fetch": per_call(lambda: store.fetch("k"), n),
+               "renew": per_call(lambda: alloc.renew(lease, time.time_ns()), n // 4)}
+        alloc.release(lease, time.time_ns())
+        alloc.close()
+        out["acquire+release"] = per_call(lambda: cycle(alloc), 50)
+        out["next_id"] = next_id_rate(store)
+        return out
+    finally:
+        client = redis.Redis.from_url(url)
+        keys = list(client.scan_iter(match="{" + prefix + "}*"))
+        if keys:
+            client.delete(*keys)
+
+
+def pg_numbers(admin_url: str, n: int) -> dict[str, float]:
+    from sqlalchemy import create_engine
+
+    from flakekit.sql.leaf import SqlSegmentStore
+    from flakekit.sql.workers import SqlWorkerAllocator
+    from flakekit.testing import fresh_database
+
+    with fresh_database(admin_url) as url:
+        engine = create_engine(url)
+        store = SqlSegmentStore(engine)
+        store.create("k", 1000)
+        out = {"fetch": per_call(lambda: store.fetch("k"), n)}
+        alloc = SqlWorkerAllocator(engine=engine, service="b", clock=MonotonicClock(),
+                                   host="10.9.8.7", port=8080, create_schema=True,
+                                   events=Events())
+        lease = alloc.acquire(REQ)
+        out["renew"] = per_call(lambda: alloc.renew(lease, time.time_ns()), n // 4)
+        alloc.release(lease, time.time_ns())
+        alloc.close()
+        out["acquire+release"] = per_call(lambda: cycle(alloc), 50)
+        out["next_id"] = next_id_rate(store)
+        engine.dispose()
+        return out
+
+
+def next_id_rate(store: Any) -> float:
+    from flakekit.generators.segment import SegmentGenerator, SegmentSettings
+
+    gen = SegmentGenerator(store, "k", SegmentSettings(), clock=MonotonicClock(),
+                           events=Events(), name="b")
+    gen.start()
+    gen.next_id()
+    n = 200_000
+    took = per_call(gen.next_id, n)
+    gen.close()
+    return 1 / took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    parser.add_argument("-n", type=int, default=2000, help="fetches per store")
+    args = parser.parse_args()
+    rows = {"redis": redis_numbers(args.redis, args.n)}
+    try:
+        rows["sql (PostgreSQL)"] = pg_numbers(args.pg, args.n)
+    except Exception as exc:  # no PostgreSQL here: Redis alone
+        print(f"PostgreSQL skipped: {type(exc).__name__}: {exc}")
+    print(f"{'path':18} {'fetch':>10} {'renew':>10} {'acq+rel':>10} {'next_id':>14}")
+    for name, r in rows.items():
+        print(f"{name:18} {r['fetch'] * 1e3:8.2f}ms {r['renew'] * 1e3:8.2f}ms "
+              f"{r['acquire+release'] * 1e3:8.2f}ms {r['next_id'] / 1e6:10.2f}M/s")
+
+
+if __name__ == "__main__":
+    main()
