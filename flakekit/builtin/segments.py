@@ -272,7 +272,7 @@ def _prune(keep: int | None, older_than: str | None, base: str | None, dry_run: 
             raise ConfigError("--older-than", str(exc)) from None
     config = load_config(config_path)
     pool = config.pool()
-    reports = []
+    reports: list[dict[str, Any]] = []
     try:
         for target in store_targets(config, backend):
             store = _store(pool, target)

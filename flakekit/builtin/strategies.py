@@ -24,6 +24,7 @@ from flakekit.values.timeunits import parse_duration_ns
 
 if TYPE_CHECKING:  # the generators and contracts load when a factory runs, not for --help
     from flakekit.assembly.context import BuildContext
+    from flakekit.generators.periodic import PeriodicSegment
     from flakekit.generators.segment import SegmentGenerator
     from flakekit.generators.snowflake import SnowflakeGenerator
     from flakekit.values.clock import Clock
@@ -198,7 +199,7 @@ def build_snowflake(settings: SnowflakeStrategySettings, ctx: BuildContext) -> S
 
 
 def build_segment(settings: SegmentStrategySettings,
-                  ctx: BuildContext) -> SegmentGenerator | StrictSegment:
+                  ctx: BuildContext) -> SegmentGenerator | PeriodicSegment | StrictSegment:
     """The ``segment`` strategy's factory (Leaf's double buffer over a segment store; with
     ``order = "strict"`` a handle the cluster node serves, over a store that fences keys)."""
     from flakekit.generators.segment import SegmentGenerator
