@@ -287,3 +287,101 @@ class TestConfig:
                        'format = "base62"\n')
         with pytest.raises(ConfigError, match="generators.invoice.format"):
             flakekit.load(str(cfg))
+
+
+class TestStrict:
+    def test_owner_serves_each_period_under_its_claim(self, db_url):
+        """order = "strict": the key's owner serves its period rows, every fetch fenced by
+        the claim on the base key; other nodes refuse; a deposed claim moves nothing."""
+        from flakekit.cluster.membership import KeyClaim
+        from flakekit.cluster.node import ClusterNode
+        from flakekit.cluster.settings import ClusterSettings
+        from flakekit.errors import FenceError, NotOwnerError
+        from flakekit.sql import schema
+        from flakekit.testing.memory_cluster import MemoryClusterStore
+
+        engine = create_engine(db_url)
+        schema.upgrade_schema(engine, "cluster")
+        store = SqlSegmentStore(engine)
+        clock = ManualClock()
+        members = MemoryClusterStore(clock)
+        settings = SegmentSettings(reset="daily", clock_sync=0, period_step=10,
+                                   wait_budget="200ms")
+        nodes = {}
+        try:
+            for name in "ab":
+                node = ClusterNode(ClusterSettings("c", name, f"http://{name}:8080", lease=3.0,
+                                                   debounce=0.5),
+                                   members.membership(name), clock, threads=False)
+                node.add_strict("inv", store, settings)
+                nodes[name] = node.start()
+            for _ in range(4):
+                clock.advance(0.6)
+                for node in nodes.values():
+                    node.upkeep()
+            owner = nodes[nodes["a"].owner("inv").node]
+            other = next(n for n in nodes.values() if n is not owner)
+            day = store.db_now().strftime("%Y%m%d")
+            values = [owner.next_id("inv")[0] for _ in range(25)]   # three fenced fetches
+            assert values == sorted(set(values))
+            assert all(str(v).startswith(day) for v in values) or store.db_now().strftime("%H%M") == "0000"
+            with pytest.raises(NotOwnerError):
+                other.next_id("inv")
+            row = f"inv@{str(values[0])[:8]}"
+            for node in nodes.values():   # no background prefetch moves max_id from here on
+                node.close()
+            before = store.info(row)[0].max_id
+            with pytest.raises(FenceError):
+                store.fetch(row, claim=KeyClaim("inv", other.member.node, 10**6))
+            with pytest.raises(ValueError, match="claim is for key"):
+                store.fetch(row, claim=KeyClaim("other", owner.member.node, 1))
+            assert store.info(row)[0].max_id == before
+        finally:
+            for node in nodes.values():
+                node.close()
+            engine.dispose()
+
+
+class TestMidnightDrill:
+    @pytest.mark.slow
+    def test_rollover_in_real_time_on_default_settings(self, store):
+        """Default settings, real time, the real database's clock shifted to 0.6 s before
+        midnight in New York: four threads draw across it; every ID's period contains the
+        moment it was issued (between the database-clock reads around the call), the
+        background sync rolls the day, and nothing repeats."""
+        zone = "America/New_York"
+        real = store.db_now()
+        offset = local(zone, 2026, 12, 1, 23, 59, 59, 400_000) - real
+        db_clock = lambda: store.db_now() + offset   # noqa: E731 - the database, shifted
+        rule = PeriodRule("daily", zone)
+        gen = PeriodicSegment(store, "drill", SegmentSettings(reset="daily", time_zone=zone),
+                              db_clock=db_clock).start()
+        stop = local(zone, 2026, 12, 2, 0, 0, 0, 500_000)
+        results: list[tuple[dt.datetime, int, dt.datetime]] = []
+        lock = threading.Lock()
+
+        def draw(i: int) -> None:
+            mine = []
+            while True:
+                before = db_clock()
+                value = gen.next_id()
+                after = db_clock()
+                mine.append((before, value, after))
+                if before > stop:
+                    break
+            with lock:
+                results.extend(mine)
+
+        try:
+            in_threads(draw, 4)
+        finally:
+            gen.close()
+        values = [v for _, v, _ in results]
+        assert len(values) == len(set(values))
+        days = set()
+        for before, value, after in results:
+            period = rule.period_starting(rule.day_of_digits(str(value // 10**6)))
+            days.add(period.digits)
+            assert before < period.end and after >= period.start, (before, value, after)
+        assert days == {"20261201", "20261202"}
+        assert gen.rolled == 1

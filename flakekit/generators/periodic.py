@@ -231,7 +231,7 @@ class PeriodicSegment:
                 now = self.clock.monotonic_ns()
                 if self._cur is cur and now < cur.deadline:
                     if batch is not None:
-                        top = batch.ranges[-1].stop if batch.ranges else 0
+                        top = max((r.stop for r in batch.ranges), default=0)
                         if top <= self._cap:
                             return IdBatch([range(cur.base + r.start, cur.base + r.stop)
                                             for r in batch.ranges])
@@ -319,7 +319,10 @@ class PeriodicSegment:
         while not self._closed:
             cur = self._cur
             until = (cur.deadline - self.clock.monotonic_ns()) / 1e9
-            wait = every if until <= 0 else min(every, until)
+            if until <= 0 and cur is not _NONE:   # in the margin: the database's midnight is near
+                wait = min(every, self.settings.boundary_margin / 1e9)
+            else:
+                wait = every if until <= 0 else min(every, until)
             if self._wake.wait(max(wait, 0.001)):
                 return
             try:
