@@ -187,6 +187,11 @@ class TestRollover:
                 gen.next_id()
             with pytest.raises(PeriodFullError):
                 gen.next_ids(3)
+            fetches = gen.stats().fetches
+            for _ in range(50):   # callers past the end cost no fetch, and still no number
+                with pytest.raises(PeriodFullError):
+                    gen.next_id()
+            assert gen.stats().fetches == fetches
             clock.advance(12 * 3600)   # the next day starts again
             assert gen.next_str() == "20261202-01"
         finally:

@@ -83,13 +83,14 @@ def period_description(base: str, rule: PeriodRule, period: Period) -> str:
 class _Live:
     """The current period: its generator and the monotonic deadline of its IDs."""
 
-    __slots__ = ("base", "deadline", "digits", "gen", "next", "period")
+    __slots__ = ("base", "deadline", "digits", "full", "gen", "next", "period")
 
     def __init__(self, period: Period | None, gen: SegmentGenerator | None, base: int,
                  deadline: int) -> None:
         self.period, self.gen, self.base, self.deadline = period, gen, base, deadline
         self.digits = period.digits if period is not None else ""
         self.next: Callable[[], int] = gen.next_id if gen is not None else _never
+        self.full = False   # its numbers are used up: nothing more is drawn (or fetched)
 
 
 def _never() -> int:
@@ -122,6 +123,7 @@ class PeriodicSegment:
             raise ValueError("PeriodicSegment needs settings.reset")
         self.store, self.key, self.settings = store, key, settings
         self.clock = clock or MonotonicClock()
+        self._mono = self.clock.monotonic_ns   # the hot path's one clock read
         self.events, self.name, self._pool = events, name or key, pool
         self.rule = PeriodRule(settings.reset, settings.time_zone)
         self._format = PeriodFormat(settings.template or default_template(settings.reset),
@@ -204,7 +206,7 @@ class PeriodicSegment:
             seq = cur.next()
         except NotStartedError:   # the period rolled under us (its generator closed)
             seq = self._cap
-        if seq < self._cap and self.clock.monotonic_ns() < cur.deadline:
+        if seq < self._cap and self._mono() < cur.deadline:
             return cur.base + seq
         return self._slow(cur, seq, None, 1)   # type: ignore[return-value]
 
@@ -213,7 +215,7 @@ class PeriodicSegment:
         when it is returned)."""
         cur = self._cur
         try:
-            batch = cur.gen.next_ids(n) if cur.gen is not None else None
+            batch = cur.gen.next_ids(n) if cur.gen is not None and not cur.full else None
         except NotStartedError:
             batch = None
         return self._slow(cur, None, batch, n)   # type: ignore[return-value]
@@ -230,6 +232,8 @@ class PeriodicSegment:
                     raise NotStartedError(f"periodic generator {self.name!r} is not started")
                 now = self.clock.monotonic_ns()
                 if self._cur is cur and now < cur.deadline:
+                    if cur.full:
+                        raise self._full(cur)
                     if batch is not None:
                         top = max((r.stop for r in batch.ranges), default=0)
                         if top <= self._cap:
@@ -254,9 +258,9 @@ class PeriodicSegment:
                     cur = live   # draw again from the period now current
                     assert cur.gen is not None
                     if seq is None:
-                        batch = cur.gen.next_ids(n)
+                        batch = None if cur.full else cur.gen.next_ids(n)
                     else:
-                        seq = cur.gen.next_id()
+                        seq = cur.next()
                     continue
                 # still the old period, inside its margin: wait for the database's midnight
             if self.clock.monotonic_ns() >= give_up:
@@ -267,12 +271,18 @@ class PeriodicSegment:
             self.clock.sleep(min(0.01, self.settings.boundary_margin / 1e9))
 
     def _full(self, cur: _Live) -> PeriodFullError:
+        """The error for a used-up period (lock held); the first one alerts and stops
+        drawing, so callers past it cost no fetch."""
         message = (f"periodic key {self.key!r}: period {cur.digits} is full: "
                    f"{self._format.template!r} holds numbers up to {self._format.capacity}; "
                    "no wider number is ever issued. It starts again with the next period; "
                    f"for more per period, widen the template's {{seq:0{self._format.width}d}}")
-        self.events.alert("period-full", message, {"generator": self.name, "key": self.key,
-                                                   "period": cur.digits})
+        if not cur.full:
+            cur.full = True
+            cap = self._cap
+            cur.next = lambda: cap   # the hot path falls into _slow without drawing
+            self.events.alert("period-full", message, {"generator": self.name,
+                                                       "key": self.key, "period": cur.digits})
         return PeriodFullError(message)
 
     # -- the database's clock -------------------------------------------------------------

@@ -155,6 +155,8 @@ class PeriodFormat:
     width: int = attrs.field(init=False)
     scale: int = attrs.field(init=False)
     prefix: str = ""   # IdFormat's: what a server's other encodings put first
+    _seq_spec: str = attrs.field(init=False, eq=False, repr=False)
+    _parts: dict[int, tuple[str | None, ...]] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         width = _check_template(self.template, self.rule)
@@ -165,6 +167,8 @@ class PeriodFormat:
                               f"at most {{seq:0{_MAX_DIGITS - self.rule.digit_count}d}}")
         object.__setattr__(self, "width", width)
         object.__setattr__(self, "scale", 10**width)
+        object.__setattr__(self, "_seq_spec", f"0{width}d")
+        object.__setattr__(self, "_parts", {})
 
     @property
     def capacity(self) -> int:
@@ -176,8 +180,28 @@ class PeriodFormat:
 
     def encode(self, value: int) -> str:
         digits, seq = divmod(value, self.scale)
+        parts = self._parts.get(digits)
+        if parts is None:
+            parts = self._render(digits)
+        spec = self._seq_spec
+        return "".join(format(seq, spec) if p is None else p for p in parts)
+
+    def _render(self, digits: int) -> tuple[str | None, ...]:
+        """The template with everything but ``{seq}`` written out for one period (strftime
+        once a period, not once an ID); None marks where the number goes."""
         day = self.rule.day_of_digits(str(digits))
-        return self.template.format(date=day, seq=seq, key=self.key)
+        parts: list[str | None] = []
+        for literal, name, spec, _ in string.Formatter().parse(self.template):
+            parts.append(literal)
+            if name == "seq":
+                parts.append(None)
+            elif name is not None:
+                value = day if name == "date" else self.key
+                parts.append(format(value, spec or ""))
+        if len(self._parts) >= 64:   # a few periods are ever in use at once
+            self._parts.clear()
+        self._parts[digits] = done = tuple(parts)
+        return done
 
     def encode_many(self, values: Any) -> list[str]:
         return [self.encode(v) for v in values]
