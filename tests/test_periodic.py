@@ -390,3 +390,34 @@ class TestMidnightDrill:
             assert before < period.end and after >= period.start, (before, value, after)
         assert days == {"20261201", "20261202"}
         assert gen.rolled == 1
+
+
+class TestCli:
+    def test_next_prints_the_template_and_check_names_the_field(self, tmp_path, capsys):
+        """`flakekit next` prints the template's strings (-f decimal the integers); a bad
+        template fails `config check` in one line naming its dotted path (exit 2)."""
+        cfg = tmp_path / "flakekit.toml"
+        cfg.write_text(f'[backends.default]\nurl = "sqlite:///{tmp_path / "ids.db"}"\n'
+                       '[generators.inv]\nstrategy = "segment"\nreset = "monthly"\n'
+                       'time_zone = "Pacific/Auckland"\n')
+        code, out, err = run_cli(capsys, "next", "inv", "-n", "2", "-c", str(cfg))
+        assert code == 0, err
+        first, second = out.split()
+        assert first[:6].isdigit() and first[6:] == "-000001" and second.endswith("-000002")
+        code, out, err = run_cli(capsys, "next", "inv", "-f", "decimal", "-c", str(cfg))
+        assert code == 0 and out.strip() == first[:6] + "000003", err
+        cfg.write_text(cfg.read_text() + 'template = "{date:%Y}-{seq:06d}"\n')
+        code, out, err = run_cli(capsys, "config", "check", str(cfg))
+        assert code == 2 and "generators.inv.template:" in err and "Traceback" not in err
+
+    def test_a_service_never_serves_a_period_row(self, store):
+        """A table served with keys = "all" refuses a period row by name: only its periodic
+        generator knows when the period ends."""
+        from flakekit.errors import UnknownKeyError
+        from flakekit.generators.segment_service import SegmentService
+
+        clock = ManualClock()
+        gen = periodic(store, clock, DbClock(clock, dt.datetime(2026, 12, 1, tzinfo=dt.UTC)))
+        gen.start().close()
+        with SegmentService(store) as service, pytest.raises(UnknownKeyError, match="period row"):
+            service.get("inv@20261201")

@@ -155,6 +155,9 @@ class PeriodFormat:
     width: int = attrs.field(init=False)
     scale: int = attrs.field(init=False)
     prefix: str = ""   # IdFormat's: what a server's other encodings put first
+    #: read as an IdFormat's by the CLI and the server: not decimal, fixed width
+    encoding = "template"
+    pad = True
     _seq_spec: str = attrs.field(init=False, eq=False, repr=False)
     _parts: dict[int, tuple[str | None, ...]] = attrs.field(init=False, eq=False, repr=False)
 
