@@ -71,6 +71,8 @@ log = logging.getLogger("flakekit.segment")
 #: second left in the period (500 ppm: well above what NTP-disciplined clocks show)
 DRIFT = 500e-6
 _NEVER_NS = -(2**62)
+#: callers past the deadline read the database's clock at most this often
+_RESYNC_NS = 5_000_000
 
 
 def period_description(base: str, rule: PeriodRule, period: Period) -> str:
@@ -135,6 +137,7 @@ class PeriodicSegment:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._synced = _NEVER_NS   # when the database's clock was last read (monotonic)
         self.rolled = 0   # periods this generator has served after its first
 
     # -- string form ----------------------------------------------------------------------
@@ -244,7 +247,9 @@ class PeriodicSegment:
                         return cur.base + seq
                     if seq is not None:
                         raise self._full(cur)
-                if self._cur is cur:   # the deadline passed: what does the database say?
+                if self._cur is cur and self._mono() - self._synced >= _RESYNC_NS:
+                    # the deadline passed: what does the database say? (callers waiting
+                    # in the margin share one read every few ms, not one each)
                     try:
                         self._sync()
                     except FlakekitError as exc:
@@ -289,7 +294,7 @@ class PeriodicSegment:
     def _sync(self) -> None:
         """Read the database's time; extend the current period's deadline, or roll over to
         the period it says has begun (lock held)."""
-        sent = self.clock.monotonic_ns()
+        sent = self._synced = self.clock.monotonic_ns()
         raw = self._db_clock()
         now = _aware(raw)
         period = self.rule.period_of(now)
