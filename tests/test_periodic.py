@@ -421,3 +421,26 @@ class TestCli:
         gen.start().close()
         with SegmentService(store) as service, pytest.raises(UnknownKeyError, match="period row"):
             service.get("inv@20261201")
+
+
+class TestAsyncio:
+    def test_loop_never_waits_at_the_boundary(self, store):
+        """flakekit.aio: from memory on the loop; at the boundary the non-blocking path
+        gives nothing and next_id runs in a thread, still never an old day's number."""
+        import asyncio
+
+        from flakekit.aio import wrap
+
+        clock = ManualClock()
+        db = DbClock(clock, dt.datetime(2026, 12, 1, 23, 59, 59, tzinfo=dt.UTC))
+        gen = periodic(store, clock, db).start()
+        try:
+            ids = wrap(gen)
+            assert gen.try_next_id() == 20261201000001
+            assert asyncio.run(ids.anext_str()) == "20261201-000002"
+            assert list(asyncio.run(ids.anext_ids(2))) == [20261201000003, 20261201000004]
+            clock.advance(0.95)   # inside the margin: nothing from memory
+            assert gen.try_next_id() is None and gen.try_next_ids(1) is None
+            assert asyncio.run(ids.anext_str()) == "20261202-000001"
+        finally:
+            gen.close()

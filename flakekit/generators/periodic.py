@@ -223,6 +223,36 @@ class PeriodicSegment:
             batch = None
         return self._slow(cur, None, batch, n)   # type: ignore[return-value]
 
+    def try_next_id(self) -> int | None:
+        """Like :meth:`next_id`, but ``None`` instead of waiting (a refill, the database's
+        clock, a boundary, a full period): for asyncio, whose loop never waits on the
+        database (:mod:`flakekit.aio` then runs ``next_id`` in a thread)."""
+        cur = self._cur
+        if cur.gen is None or cur.full:
+            return None
+        try:
+            seq = cur.gen.try_next_id()
+        except NotStartedError:
+            return None
+        if seq is not None and seq < self._cap and self._mono() < cur.deadline:
+            return cur.base + seq
+        return None   # a value drawn past the deadline is dropped, never issued
+
+    def try_next_ids(self, n: int) -> IdBatch | None:
+        """Like :meth:`next_ids`, but ``None`` unless memory holds all ``n`` of the period."""
+        cur = self._cur
+        if cur.gen is None or cur.full:
+            return None
+        try:
+            batch = cur.gen.try_next_ids(n)
+        except NotStartedError:
+            return None
+        if batch is None or self._mono() >= cur.deadline:
+            return None
+        if max((r.stop for r in batch.ranges), default=0) > self._cap:
+            return None
+        return IdBatch([range(cur.base + r.start, cur.base + r.stop) for r in batch.ranges])
+
     def _slow(self, cur: _Live, seq: int | None, batch: IdBatch | None,
               n: int) -> int | IdBatch:
         """Past the deadline, a full period, a batch, or a roll under us."""
