@@ -115,11 +115,15 @@ def segments_report(
 
     Used by ``flakekit segments`` (which runs no generator itself) and by servers that do.
     """
+    from flakekit.values.periods import PERIOD_KEY
+
     running = running or {}
     keys = []
     for info in store.info():
         row = info.to_dict()
-        row["generator"] = target.generators.get(info.key)
+        period = PERIOD_KEY.match(info.key)   # a periodic counter's row: its generator's
+        row["generator"] = target.generators.get(info.key) or (
+            target.generators.get(period.group("base")) if period else None)
         gen = running.get(info.key)
         row["buffers"] = ([b.as_dict() for b in gen.stats().buffers]
                           if gen is not None else None)
