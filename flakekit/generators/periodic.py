@@ -136,6 +136,7 @@ class PeriodicSegment:
         self._lock = threading.RLock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._closers: list[threading.Thread] = []   # closing the generators of old periods
         self._closed = False
         self._synced = _NEVER_NS   # when the database's clock was last read (monotonic)
         self.rolled = 0   # periods this generator has served after its first
@@ -188,6 +189,8 @@ class PeriodicSegment:
             cur.gen.close(timeout)
         if self._thread is not None:
             self._thread.join(timeout)
+        for closer in self._closers:
+            closer.join(timeout)
 
     def __enter__(self) -> PeriodicSegment:
         return self.start()
@@ -355,8 +358,10 @@ class PeriodicSegment:
             self.rolled += 1
             log.info("%s: period %s began (database time); serving %s", self.name,
                      period.digits, row)
-            threading.Thread(target=old.gen.close, daemon=True,
-                             name=f"flakekit-period-close-{self.name}").start()
+            closer = threading.Thread(target=old.gen.close, daemon=True,
+                                      name=f"flakekit-period-close-{self.name}")
+            closer.start()   # its give-back is no caller's wait; close() joins it
+            self._closers = [t for t in self._closers if t.is_alive()] + [closer]
 
     def _run(self) -> None:
         """Re-read the database's clock every ``clock_sync`` and at the deadline."""
