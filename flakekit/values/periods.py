@@ -71,10 +71,12 @@ class Period:
     end: dt.datetime     # aware UTC, exclusive
 
 
-def _zone(value: Any) -> zoneinfo.ZoneInfo:
+def _zone(value: Any) -> dt.tzinfo:
     if not isinstance(value, str) or not value:
         raise ConfigError("time_zone", f"expected an IANA time zone name such as "
                           f"'Europe/Berlin' or 'UTC', got {value!r}")
+    if value == "UTC":   # the default needs no time zone database (slim images have none)
+        return dt.UTC
     try:
         return zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
@@ -88,7 +90,7 @@ class PeriodRule:
 
     reset: str
     time_zone: str = "UTC"
-    zone: zoneinfo.ZoneInfo = attrs.field(init=False, eq=False, repr=False)
+    zone: dt.tzinfo = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.reset not in PERIODS:
