@@ -38,6 +38,7 @@ __all__ = [
     "NotStartedError",
     "PartValueError",
     "SchemaError",
+    "PeriodFullError",
     "SegmentRowError",
     "SegmentUnavailableError",
     "StaleOwnerEpochError",
@@ -217,6 +218,11 @@ class SegmentRowError(SchemaError):
 
 class SegmentUnavailableError(FlakekitError):
     """A segment key has no IDs left in memory and none could be fetched in time."""
+
+
+class PeriodFullError(SegmentUnavailableError):
+    """A periodic counter's period holds no more numbers of its fixed width (it starts
+    again with the next period; a wider number is never issued)."""
 
 
 class UnknownKeyError(FlakekitError, LookupError):

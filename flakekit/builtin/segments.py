@@ -115,11 +115,15 @@ def segments_report(
 
     Used by ``flakekit segments`` (which runs no generator itself) and by servers that do.
     """
+    from flakekit.values.periods import PERIOD_KEY
+
     running = running or {}
     keys = []
     for info in store.info():
         row = info.to_dict()
-        row["generator"] = target.generators.get(info.key)
+        period = PERIOD_KEY.match(info.key)   # a periodic counter's row: its generator's
+        row["generator"] = target.generators.get(info.key) or (
+            target.generators.get(period.group("base")) if period else None)
         gen = running.get(info.key)
         row["buffers"] = ([b.as_dict() for b in gen.stats().buffers]
                           if gen is not None else None)
@@ -228,3 +232,74 @@ def flakekit_register_commands(cli: click.Group) -> None:
                 f"created segment key {key!r} in {target.table} on backend {target.backend!r}: "
                 f"first ID {info.max_id}, step {info.step}"
             )
+
+    @segments.command("prune")
+    @click.option("--keep", type=click.IntRange(min=0), default=None,
+                  help="Keep the N newest periods of each periodic key.")
+    @click.option("--older-than", "older_than", default=None,
+                  help="Only periods that ended more than this long ago by the database's "
+                  "clock, e.g. 400d.")
+    @click.option("--key", "base", default=None, help="Only the periods of this key.")
+    @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
+    @config_option
+    @backend_option
+    @json_option
+    def prune(keep: int | None, older_than: str | None, base: str | None, dry_run: bool,
+              config_path: str | None, backend: str | None, as_json: bool) -> None:
+        """Delete old period rows of periodic keys (reset = ...): KEY@20261201 and the like.
+
+        A period is only pruned once it has been over for an hour by the database's clock;
+        rows flakekit did not create are never touched.
+        """
+        _prune(keep, older_than, base, dry_run, config_path, backend, as_json)
+
+
+def _prune(keep: int | None, older_than: str | None, base: str | None, dry_run: bool,
+           config_path: str | None, backend: str | None, as_json: bool) -> None:
+    import datetime as dt
+
+    import click
+
+    from flakekit.assembly.config import load_config
+    from flakekit.cli import echo_json
+    from flakekit.sql.periods import delete_period_rows, period_rows, prunable
+    from flakekit.values.timeunits import parse_duration_ns
+
+    if keep is None and older_than is None:
+        raise click.UsageError("say what to keep: --keep N (newest periods per key) and/or "
+                               "--older-than DURATION (e.g. 400d)")
+    age = None
+    if older_than is not None:
+        try:
+            age = dt.timedelta(microseconds=parse_duration_ns(older_than, default_unit="s") // 1000)
+        except ValueError as exc:
+            raise ConfigError("--older-than", str(exc)) from None
+    config = load_config(config_path)
+    pool = config.pool()
+    reports: list[dict[str, Any]] = []
+    try:
+        for target in store_targets(config, backend):
+            store = _store(pool, target)
+            if not store.has_table():
+                continue
+            now = store.db_now()
+            rows = period_rows(store, base)
+            doomed = prunable(rows, now, keep, age)
+            deleted = 0 if dry_run else delete_period_rows(store, doomed)
+            reports.append({
+                "backend": target.backend, "table": target.table,
+                "database_time": now.isoformat(), "dry_run": dry_run,
+                "periods": len(rows), "prune": [r.to_dict() for r in doomed],
+                "deleted": deleted,
+            })
+    finally:
+        pool.dispose()
+    if as_json:
+        echo_json({"stores": reports})
+        return
+    for rep in reports:
+        verb = "would delete" if dry_run else "deleted"
+        click.echo(f"{rep['table']} on backend {rep['backend']!r}: {rep['periods']} period "
+                   f"row(s); {verb} {len(rep['prune']) if dry_run else rep['deleted']}")
+        for row in rep["prune"]:
+            click.echo(f"  {row['key']}  max_id {row['max_id']}  ended {row['ends'][:19]}")

@@ -24,6 +24,7 @@ from flakekit.values.timeunits import parse_duration_ns
 
 if TYPE_CHECKING:  # the generators and contracts load when a factory runs, not for --help
     from flakekit.assembly.context import BuildContext
+    from flakekit.generators.periodic import PeriodicSegment
     from flakekit.generators.segment import SegmentGenerator
     from flakekit.generators.snowflake import SnowflakeGenerator
     from flakekit.values.clock import Clock
@@ -198,7 +199,7 @@ def build_snowflake(settings: SnowflakeStrategySettings, ctx: BuildContext) -> S
 
 
 def build_segment(settings: SegmentStrategySettings,
-                  ctx: BuildContext) -> SegmentGenerator | StrictSegment:
+                  ctx: BuildContext) -> SegmentGenerator | PeriodicSegment | StrictSegment:
     """The ``segment`` strategy's factory (Leaf's double buffer over a segment store; with
     ``order = "strict"`` a handle the cluster node serves, over a store that fences keys)."""
     from flakekit.generators.segment import SegmentGenerator
@@ -206,6 +207,8 @@ def build_segment(settings: SegmentStrategySettings,
 
     store = ctx.build(settings.store, attrs.evolve(ctx, path=settings.store.path))
     key = settings.key or ctx.generator
+    if settings.reset is not None:
+        _check_periodic(store, key, settings, ctx)
     if settings.order == "strict":
         reg = ctx.plugins.segment_stores.get(settings.store.type, settings.store.type_path)
         check_contract(store, KeyFence, reg, settings.store.path)
@@ -213,8 +216,31 @@ def build_segment(settings: SegmentStrategySettings,
             raise ConfigError(f"{settings.store.path}.keys", "order = \"strict\" serves one key "
                               "per generator; remove keys (or use order = \"node\")")
         return StrictSegment(ctx.generator, key, store, settings, settings.store.type)
+    if settings.reset is not None:
+        from flakekit.generators.periodic import PeriodicSegment
+
+        return PeriodicSegment(store, key, settings, clock=ctx.clock, events=ctx.events,
+                               name=ctx.generator)
     return SegmentGenerator(store, key, settings, clock=ctx.clock, events=ctx.events,
                             name=ctx.generator)
+
+
+def _check_periodic(store: Any, key: str, settings: SegmentStrategySettings,
+                    ctx: BuildContext) -> None:
+    """``reset``: the store must read the database's clock and create period rows, and
+    serve one key (a table's every key has no period rule)."""
+    path = f"{ctx.path}.reset"
+    if "@" in key:
+        raise ConfigError(f"{ctx.path}.key", f"{key!r}: a periodic counter's key may not "
+                          "contain '@' (its period rows are named KEY@20261201)")
+    if not (callable(getattr(store, "db_now", None))
+            and callable(getattr(store, "ensure_period_key", None))):
+        raise ConfigError(path, f"segment store {settings.store.type!r} cannot tell the "
+                          "period by the database's clock (it has no db_now() and "
+                          "ensure_period_key()); use the sql store")
+    if getattr(ctx.parts[-1].settings, "keys", "one") != "one":
+        raise ConfigError(f"{settings.store.path}.keys", "a periodic counter (reset) serves "
+                          "its own key's periods; remove keys = \"all\"")
 
 
 @hookimpl

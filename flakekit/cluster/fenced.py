@@ -46,6 +46,15 @@ class FencedStore:
     def give_back(self, key: str, expected_max_id: int, new_max_id: int) -> bool:
         return bool(self.fence.give_back(key, expected_max_id, new_max_id, claim=self.claim))
 
+    def db_now(self) -> Any:
+        """The fence's database clock (a periodic strict key tells its period by it)."""
+        return self.fence.db_now()  # type: ignore[attr-defined]
+
+    def ensure_period_key(self, key: str, step: int, start: int, description: str) -> bool:
+        """Create a period row of the claimed key (rows are created unfenced: an insert
+        that may lose the race moves no ``max_id``; every fetch is fenced)."""
+        return bool(self.fence.ensure_period_key(key, step, start, description))  # type: ignore[attr-defined]
+
     def _lost(self) -> None:
         if not self.fenced:
             self.fenced = True

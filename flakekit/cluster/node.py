@@ -50,6 +50,7 @@ from flakekit.errors import (
     NotStartedError,
     SegmentUnavailableError,
 )
+from flakekit.generators.periodic import PeriodicSegment, build_key_generator
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.values.batch import IdBatch
@@ -632,7 +633,7 @@ class ClusterNode:
         return info is not None and info.state in ("lapsed", "left")
 
     def _claim(self, st: StrictKey, claim: KeyClaim, waited: bool, now: int) -> None:
-        gen: SegmentGenerator | None = None
+        gen: SegmentGenerator | PeriodicSegment | None = None
         store = FencedStore(st.fence, claim, functools.partial(self._fenced, st))
         ok = False
         try:
@@ -640,8 +641,8 @@ class ClusterNode:
                 waited = True   # the crashed owner's lease is over on the store's clock
             ok = bool(st.fence.claim_key(claim, waited))
             if ok:
-                gen = SegmentGenerator(store, st.key, st.settings, clock=self.clock,
-                                       events=self.events, name=st.key)
+                gen = build_key_generator(store, st.key, st.settings, clock=self.clock,
+                                          events=self.events, name=st.key)
                 gen.start()   # a fresh segment: never memory from an earlier claim
         except FlakekitError as exc:
             log.warning("%s: claiming strict key %r at epoch %d failed: %s",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import attrs
 
 from flakekit.cluster.membership import KeyClaim, KeyFence
+from flakekit.generators.periodic import PeriodicSegment
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 
 __all__ = ["Slot", "StrictKey"]
@@ -30,7 +31,7 @@ class Slot:
     """A claim and the generator made for it: replaced as one (the hot path reads it once)."""
 
     claim: KeyClaim
-    gen: SegmentGenerator | None
+    gen: SegmentGenerator | PeriodicSegment | None
 
 
 @attrs.define(eq=False)

@@ -32,6 +32,7 @@ from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.events import NO_EVENTS, Events
+from flakekit.values.periods import is_period_key
 from flakekit.values.stats import SegmentStats
 
 if TYPE_CHECKING:
@@ -166,6 +167,9 @@ class SegmentService:
                 from flakekit.errors import NotStartedError
 
                 raise NotStartedError("the segment service is closed")
+            if is_period_key(key):   # only its periodic generator knows when its period ends
+                raise UnknownKeyError(key, " (it is a periodic counter's period row, served "
+                                      "only by that counter's generator)")
             if key not in self._known:
                 until = self._unknown.get(key)
                 if until is not None and time.monotonic() < until:

@@ -65,6 +65,21 @@ class SegmentSettings:
             (every key of a table, ``store.keys = "all"``) shares for its keys' background
             fetches (default 8, 1 to 1024; Leaf's shared update pool). A generator of its
             own uses the process-wide pool.
+        reset: ``"daily"``, ``"monthly"`` or ``"yearly"``: a counter that starts again every
+            period, one ``leaf_alloc`` row per period (``KEY@20261201``), the period
+            decided by the database's clock (default none: one counter forever). See
+            :mod:`flakekit.generators.periodic`.
+        time_zone: the IANA zone whose midnight ends a period (default ``"UTC"``).
+        template: the string form, ``{date:...}`` and a zero-padded ``{seq:0Nd}`` whose
+            width is each period's capacity (default ``{date:%Y%m%d}-{seq:06d}`` for
+            daily, ``%Y%m`` monthly, ``%Y`` yearly).
+        period_step: the ``step`` of a period row flakekit creates (default 1000).
+        period_start: the first number of each period (default 1).
+        boundary_margin: a period's IDs stop this long before its end by the database's
+            clock (default 100ms; besides 500 ppm of the time left, for the drift between
+            this host's monotonic clock and the database's).
+        clock_sync: how often the database's clock is read again in the background
+            (default 10s; 0: only when a period's deadline is reached).
     """
 
     key: str | None = attrs.field(
@@ -92,7 +107,21 @@ class SegmentSettings:
         default=8, validator=[attrs.validators.instance_of(int), _positive, attrs.validators.le(1024)]
     )
 
+    reset: str | None = attrs.field(default=None)
+    time_zone: str = attrs.field(default="UTC", validator=attrs.validators.instance_of(str))
+    template: str | None = attrs.field(default=None)
+    period_step: int = attrs.field(
+        default=1000, validator=[attrs.validators.instance_of(int), _positive,
+                                 attrs.validators.le(2**31 - 1)]
+    )
+    period_start: int = attrs.field(
+        default=1, validator=[attrs.validators.instance_of(int), attrs.validators.ge(0)]
+    )
+    boundary_margin: int = attrs.field(default="100ms", converter=_duration)  # type: ignore[assignment]  # converted
+    clock_sync: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
+
     def __attrs_post_init__(self) -> None:
+        self._check_period()
         if self.key is not None and not 0 < len(self.key) <= 128:
             raise FieldError("key", f"key must be 1 to 128 characters, got {self.key!r}")
         if self.shrink_after < self.grow_below:
@@ -109,3 +138,31 @@ class SegmentSettings:
                              f"(got {self.segment_ttl}ns)")
         if self.segment_ttl < 0:
             raise FieldError("segment_ttl", "segment_ttl must not be negative (0 = off)")
+
+    def _check_period(self) -> None:
+        """``reset`` and the fields that go with it (a periodic counter, or none set)."""
+        from flakekit.errors import ConfigError
+
+        if self.reset is None:
+            for name in ("template",):
+                if getattr(self, name) is not None:
+                    raise FieldError(name, f"{name} needs reset = \"daily\", \"monthly\" or "
+                                     "\"yearly\" (a counter that starts again every period)")
+            return
+        from flakekit.values.periods import PeriodFormat, PeriodRule, default_template
+
+        try:
+            rule = PeriodRule(self.reset, self.time_zone)
+            fmt = PeriodFormat(self.template or default_template(self.reset), rule, self.key or "")
+        except ConfigError as exc:
+            raise FieldError(exc.path, exc.message) from None
+        if self.key is not None and "@" in self.key:
+            raise FieldError("key", f"key {self.key!r}: a periodic counter's key may not contain "
+                             "'@' (its period rows are named KEY@20261201)")
+        if self.period_start > fmt.capacity:
+            raise FieldError("period_start", f"period_start {self.period_start} does not fit "
+                             f"{{seq:0{fmt.width}d}} (at most {fmt.capacity})")
+        if self.boundary_margin < 1_000_000:
+            raise FieldError("boundary_margin", "boundary_margin must be at least 1ms")
+        if self.clock_sync and self.clock_sync < 100_000_000:
+            raise FieldError("clock_sync", "clock_sync must be at least 100ms, or 0 for off")

@@ -74,6 +74,7 @@ from flakekit.sql.schema import (
 )
 from flakekit.sql.settings import SqlStoreSettings
 from flakekit.sql.transactions import write_transaction
+from flakekit.values.periods import PERIOD_KEY, is_period_key
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -238,7 +239,17 @@ class KeyInfo:
 def _check_key(key: object) -> str:
     if not isinstance(key, str) or not key or len(key) > 128:
         raise ConfigError("key", f"a segment key is a non-empty string of at most 128 characters, got {key!r}")
+    if is_period_key(key):
+        raise ConfigError("KEY", f"{key!r}: a name ending in '@' and 4, 6 or 8 digits is a "
+                          "periodic counter's row (reset = ...), created on first use; "
+                          "pick another name")
     return key
+
+
+def _period_of(key: str, base: str) -> bool:
+    """Whether ``key`` is a period row of ``base`` (a strict key's owner owns them too)."""
+    found = PERIOD_KEY.match(key)
+    return found is not None and found.group("base") == base
 
 
 @attrs.define
@@ -454,13 +465,26 @@ class SqlSegmentStore:
                 yield conn
 
     def _fence(self, conn: Connection, key: str, claim: KeyClaim, action: str) -> None:
-        if claim.key != key:
+        if claim.key != key and not _period_of(key, claim.key):
             raise ValueError(f"the claim is for key {claim.key!r}, not {key!r}")
         problem = key_owner.check_claim(conn, key_owner.valid_claim(claim))
         if problem is not None:
             raise FenceError(f"segment store {self.where}: node {claim.node!r} may not "
                              f"{action} key {key!r} at epoch {claim.epoch}: {problem}; "
                              "nothing was changed")
+
+    # -- periodic counters (flakekit.sql.periods) ----------------------------------------
+    def db_now(self) -> dt.datetime:
+        """The database's current time (aware UTC): what decides a counter's period."""
+        from flakekit.sql.periods import database_now
+
+        return database_now(self)
+
+    def ensure_period_key(self, key: str, step: int, start: int, description: str) -> bool:
+        """Create a period row unless it exists (race-free); True if this call did."""
+        from flakekit.sql.periods import ensure_period_key
+
+        return ensure_period_key(self, key, step, start, description)
 
     # -- the key fence (cluster mode) -----------------------------------------------------
     def claim_key(self, claim: KeyClaim, waited: bool) -> bool:
