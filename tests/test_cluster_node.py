@@ -40,10 +40,11 @@ class Harness:
     """Nodes on one memory store and one manual clock; ``tick()`` is a round of upkeep."""
 
     def __init__(self, *, renew_lapsed: bool = False, handoff_wait: float = 0.0,
-                 lapse_means_stopped: bool = False) -> None:
+                 lapse_means_stopped: bool = False, versioned: bool = False) -> None:
         self.clock = ManualClock()
         self.store = MemoryClusterStore(self.clock, renew_lapsed=renew_lapsed,
-                                        lapse_means_stopped=lapse_means_stopped)
+                                        lapse_means_stopped=lapse_means_stopped,
+                                        versioned=versioned)
         self.nodes: dict[str, ClusterNode] = {}
         self.handoff_wait = handoff_wait
         for key in KEYS:
