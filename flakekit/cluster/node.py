@@ -35,6 +35,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
+from flakekit.cluster.agreement import config_digest, disagreement
 from flakekit.cluster.fenced import FencedStore
 from flakekit.cluster.member_lease import MemberEvents, MemberSource, MemberTarget
 from flakekit.cluster.membership import (
@@ -53,6 +56,7 @@ from flakekit.cluster.strict import CLAIMING, IDLE, OWNED, RELEASING, Slot, Stri
 from flakekit.errors import (
     ClusterError,
     ClusterUnavailableError,
+    ConfigError,
     FlakekitError,
     KeyMovingError,
     NotOwnerError,
@@ -140,7 +144,11 @@ class ClusterNode:
             raise NotStartedError(f"cluster node {self.member.node!r} was closed; build a new one")
         if self._started:
             return self
+        with self._lock:
+            digest = config_digest(self._exact)
+        self._keeper.request = attrs.evolve(self._keeper.request, config_digest=digest)
         self._keeper.start(self._target)
+        self._check_agreement(digest)
         self._started = True
         self._refresh()
         try:
@@ -153,6 +161,27 @@ class ClusterNode:
                                             name=f"flakekit-cluster-{self.member.node}")
             self._thread.start()
         return self
+
+    def _check_agreement(self, digest: str) -> None:
+        """Refuse (leave again, ConfigError naming the keys) when a serving member
+        published other strict keys than this node's (:mod:`flakekit.cluster.agreement`).
+        Nothing was claimed yet: this node leaves before it could serve anything."""
+        try:
+            infos = self._members()
+            with self._lock:
+                mine = list(self._exact)
+                fences = {id(f): f for f, _ in self._exact.values()}
+            claimed = {r.key for f in fences.values() for r in f.key_owners()
+                       if r.node != self.member.node}
+        except FlakekitError as exc:   # the renewals and proposals will fail loudly too
+            log.warning("%s: cannot compare the strict keys with the members (%s)",
+                        self._who, exc)
+            return
+        line = disagreement(self.settings.name, self.member.node, digest, infos, mine,
+                            claimed)
+        if line is not None:
+            self._keeper.close()   # leave: the record says ``left`` (this node served nothing)
+            raise ConfigError("", line)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop serving, give back and release every claim (fenced: a deposed owner changes

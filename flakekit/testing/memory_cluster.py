@@ -52,6 +52,7 @@ class _Record:
     draining: bool = False
     left: bool = False
     renewals: int = 0
+    config_digest: str = ""
 
 
 @attrs.define
@@ -200,7 +201,8 @@ class MemoryMembership:
                     f"live process {rec.holder!r}; give each process its own node id")
             lease_ns = round(request.lease_s * 1e9)
             rec = _Record(request.member, f"{request.member.node}/{next(s._tokens)}",
-                          (rec.incarnation if rec else 0) + 1, now, lease_ns)
+                          (rec.incarnation if rec else 0) + 1, now, lease_ns,
+                          config_digest=request.config_digest)
             s._members[key] = rec
             return MemberLease(request.member, rec.holder, rec.incarnation,
                                s._view(request.cluster).epoch, request.lease_s,
@@ -251,7 +253,8 @@ class MemoryMembership:
                          else "draining" if rec.draining else "alive")
                 out.append(MemberInfo(rec.member, state, rec.holder, rec.incarnation,
                                       left // 1_000_000, rec.lease_ns // 1_000_000,
-                                      rec.renewals if s.versioned else None))
+                                      rec.renewals if s.versioned else None,
+                                      rec.config_digest))
             return out
 
     def view(self, cluster: str) -> View:
