@@ -28,7 +28,8 @@ lock wait timed out is retried for at most ``lock_retry_s``; a renewal is tried 
 (the keeper retries at the next interval and keeps the old deadline meanwhile).
 
 ``watch_view`` is a no-op here: SQL has no change notification, and safety never rests
-on one (renewals re-read the epoch).
+on one (renewals re-read the epoch); nodes poll the view row every ``view_poll_s``
+(0.1 s) instead, so a planned hand-off does not wait for a renewal.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ MS = 1_000_000
 SAFETY_SHARE = 0.2
 #: the column sizes of flakekit_members (checked before any SQL runs)
 _LIMITS = {"cluster": 64, "node": 128, "advertise": 255}
+#: how often a node reads the view row (one primary-key read) between renewals
+VIEW_POLL_S = 0.1
 #: the largest lease ``lease_ms`` (INTEGER) can hold
 MAX_LEASE_MS = 2**31 - 1
 
@@ -148,6 +151,9 @@ class SqlMembership:
     #: a lapse on the database's wall clock proves nothing (the clock may step): a
     #: claimer proves it by the ``renewals`` counter on its own clock (MemberInfo.version)
     lapse_means_stopped = False
+    #: SQL has no change notification: nodes read the view row this often (seconds), so a
+    #: planned hand-off takes about that long instead of up to a renewal interval
+    view_poll_s = VIEW_POLL_S
 
     # -- naming ----------------------------------------------------------------------------
     @property
