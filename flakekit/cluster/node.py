@@ -35,8 +35,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import attrs
-
 from flakekit.cluster.agreement import config_digest, disagreement
 from flakekit.cluster.fenced import FencedStore
 from flakekit.cluster.member_lease import MemberEvents, MemberSource, MemberTarget
@@ -147,7 +145,8 @@ class ClusterNode:
             return self
         with self._lock:
             digest = config_digest(self._exact)
-        self._keeper.request = attrs.evolve(self._keeper.request, config_digest=digest)
+        self._keeper.request = JoinRequest(self.settings.name, self.member, self.settings.lease,
+                                           config_digest=digest)
         self._keeper.start(self._target)
         self._check_agreement(digest)
         self._started = True
