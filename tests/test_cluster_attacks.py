@@ -1,6 +1,7 @@
 """Cluster mode under attack (issue 20), on the real databases: a database clock stepped
 forward, a renewal whose COMMIT arrives late, a takeover of a node id whose row only
-looks lapsed. Each drill asserts what broke before: no second owner, no ID out of order.
+looks lapsed, a node with a drifted config. Each drill asserts what broke before: no
+second owner, no ID out of order.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from sqlalchemy.engine import Engine, make_url
 from flakekit.cluster.membership import JoinRequest, MemberLease, lapse_wait_ns
 from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
-from flakekit.errors import ClusterError, FlakekitError
+from flakekit.errors import ClusterError, ConfigError, FlakekitError
 from flakekit.generators.segment import SegmentSettings
 from flakekit.sql import schema
 from flakekit.sql.backends import BackendPool, BackendSettings
@@ -177,3 +178,35 @@ def test_a_database_clock_step_never_makes_two_owners(pool, db_url):
             node.close()
     assert violations == []
     assert sum(answers.values()) > served_at_step   # still serving after the step
+
+
+def test_a_node_with_a_drifted_config_is_refused_and_serves_nothing(pool):
+    """Config drift on the real store: b lacks one of a's strict keys (its config has it
+    as ``order = "node"``, say). b's join is refused with one line naming a and the key,
+    its row says ``left``, and a keeps serving every key in order."""
+    engine = pool()
+    schema.upgrade_schema(engine, "cluster")
+    fence = SqlSegmentStore(engine)
+    for key in KEYS:
+        fence.create(key, 20)
+    a = _node("a", engine, fence).start()
+    try:
+        top = {}
+        for key in KEYS:
+            while key not in top:
+                try:
+                    top[key] = a.next_id(key)[0]
+                except FlakekitError:
+                    time.sleep(0.01)
+        drifted = ClusterNode(ClusterSettings("c", "b", "http://b:1", handoff_wait=0),
+                              SqlMembership(engine, MonotonicClock()))
+        for key in KEYS[1:]:
+            drifted.add_strict(key, fence, SegmentSettings(wait_budget="200ms"))
+        with pytest.raises(ConfigError, match=rf"node\(s\) a .*not here: {KEYS[0]!r}"):
+            drifted.start()
+        drifted.close()
+        states = {m.node: m.state for m in SqlMembership(engine, MonotonicClock()).members("c")}
+        assert states == {"a": "alive", "b": "left"}
+        assert all(a.next_id(key)[0] > top[key] for key in KEYS)
+    finally:
+        a.close()
