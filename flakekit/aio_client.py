@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from flakekit.client import (
     CLUSTER_PATH,
+    DEFAULT_RETRY_BUDGET,
     GENERATORS_PATH,
     MAX_REDIRECTS,
     ClusterView,
@@ -103,7 +104,8 @@ class AsyncClient:
     """
 
     def __init__(self, urls: str | Iterable[str], *, timeout: float = 5.0,
-                 retry_budget: float = 10.0, buffer: int = 0, token: str | None = None) -> None:
+                 retry_budget: float = DEFAULT_RETRY_BUDGET, buffer: int = 0,
+                 token: str | None = None) -> None:
         self.routing = Routing(urls, timeout=timeout, retry_budget=retry_budget, buffer=buffer,
                                token=token)
         self._idle: dict[str, list[_Conn]] = {}

@@ -43,6 +43,11 @@ CLUSTER_PATH = "/api/v1/cluster"
 GENERATORS_PATH = "/api/v1/generators"
 VIEW_EPOCH = "X-Flakekit-View-Epoch"
 OWNER_EPOCH = "x-flakekit-owner-epoch"   # answers' header names are compared lower-case
+#: the default seconds one call may spend retrying: longer than the worst crash hand-off
+#: of every bundled membership store with the default 10 s lease (docs/cluster.md,
+#: "Hand-off windows": etcd's is the longest, about 25 s), so a call made when an owner
+#: dies still gets its ID
+DEFAULT_RETRY_BUDGET = 30.0
 #: the longest a 503 with no (or a garbled) Retry-After waits before the next try
 DEFAULT_RETRY_AFTER = 0.5
 #: a node that refused a connection is tried last for this long
@@ -176,7 +181,7 @@ class Retry:
 
     delay: float
     error: ClientError
-    refresh: str | None = None   # the base URL to read the view from ("": any node)
+    refresh: str | None = None   # re-read the view, from another node than this base ("": any)
     redirect: bool = False       # a 421 to another owner (counts toward MAX_REDIRECTS)
 
 
@@ -237,12 +242,14 @@ class Routing:
                 self.nodes.setdefault(node.base, node)
             self.hints = {k: h for k, h in self.hints.items() if h[0] >= view.epoch}
 
-    def view_sources(self, prefer: str | None) -> list[str]:
-        """Nodes to read the view from, best first."""
+    def view_sources(self, refused: str | None) -> list[str]:
+        """Nodes to read the view from, best first: ``refused`` (the node that just
+        refused or redirected the request) last, since its view may be the stale one
+        that named itself (issue 20)."""
         order = self.ordered()
-        if prefer and prefer in self.nodes:
-            order.remove(prefer)
-            order.insert(0, prefer)
+        if refused and refused in self.nodes:
+            order.remove(refused)
+            order.append(refused)
         return order
 
     def set_route_keys(self, body: bytes) -> None:
@@ -517,7 +524,8 @@ class Client:
     """
 
     def __init__(self, urls: str | Iterable[str], *, timeout: float = 5.0,
-                 retry_budget: float = 10.0, buffer: int = 0, token: str | None = None) -> None:
+                 retry_budget: float = DEFAULT_RETRY_BUDGET, buffer: int = 0,
+                 token: str | None = None) -> None:
         self.routing = Routing(urls, timeout=timeout, retry_budget=retry_budget, buffer=buffer,
                                token=token)
         self._pools: dict[str, _Pool] = {}

@@ -194,6 +194,8 @@ def test_drain_the_last_member_is_refused(capsys, cluster):
     assert err == ("error: NODE: 'web-1' is the only member of view epoch 2: no node would own "
                    "the strict keys; start another node first\n")
     assert membership.view("ids").nodes() == ("web-1",)
+    # nothing half-done: the refused drain put its draining mark back
+    assert {m.node: m.state for m in membership.members("ids")}["web-1"] == "alive"
 
 
 def test_drain_an_unknown_node(capsys, cluster):

@@ -249,3 +249,20 @@ def test_a_bad_view_is_a_one_line_error(body):
     with pytest.raises(ClientError, match="cluster view is not the expected JSON") as info:
         parse_view(body, A)
     assert "\n" not in str(info.value)
+
+
+def test_after_a_refusal_the_view_is_read_from_another_node_first():
+    """A node that refuses (503) may hold the stale view that named it the owner: the
+    client re-reads the view from the other nodes first, the refusing one last."""
+    r = with_view(routing(), owners={"inv": "b"})
+    step = r.on_answer(r.plan("inv", 1, []), 503, {"retry-after": "1"},
+                       b'{"error": "cluster_unavailable", "message": "lease ran out"}', 0.0)
+    assert step.refresh == B
+    for _ in range(3):   # whatever the round-robin turn
+        assert r.view_sources(step.refresh)[-1] == B
+
+
+def test_the_default_budget_outlasts_the_documented_crash_windows():
+    from flakekit.client import DEFAULT_RETRY_BUDGET, Client
+
+    assert Client(A).routing.retry_budget == DEFAULT_RETRY_BUDGET >= 25.0

@@ -80,8 +80,8 @@ def test_cluster_settings_of_the_kit(host):
     assert (s.name, s.node, s.advertise, s.weight, s.lease, s.handoff_wait) == (
         "ids", "web-1", ADVERTISE, 2, 6.0, 1.0)
     # the server's --node / --advertise win over everything
-    s = kit.cluster_settings(node="web-9", advertise="https://b.example:443/")
-    assert (s.node, s.advertise) == ("web-9", "https://b.example:443")
+    s = kit.cluster_settings(node="web-9", advertise="http://b.example:8443/")
+    assert (s.node, s.advertise) == ("web-9", "http://b.example:8443")
     kit.close()
 
 
@@ -136,7 +136,7 @@ def test_explicit_values_override_the_env(monkeypatch):
 
 @pytest.mark.parametrize(("var", "value", "message"), [
     (NODE_ENV, "web/1", r"^FLAKEKIT_NODE: 'web/1' is not a valid node id"),
-    (ADVERTISE_ENV, "10.0.0.5:8080", r"^FLAKEKIT_ADVERTISE: .*scheme must be http or https"),
+    (ADVERTISE_ENV, "10.0.0.5:8080", r"^FLAKEKIT_ADVERTISE: .*scheme must be http;"),
     (ADVERTISE_ENV, "http://10.0.0.5", r"^FLAKEKIT_ADVERTISE: .*has no port"),
 ])
 def test_bad_env_value_is_named(host, monkeypatch, var, value, message):
@@ -187,8 +187,10 @@ BAD = [
     (_cluster(node="-web"), r"^cluster\.node: '-web' is not a valid node id"),
     (_cluster(node=""), r"^cluster\.node: expected node id such as 'web-1'"),
     (_cluster(node=3), r"^cluster\.node: expected node id"),
-    (_cluster(advertise="ftp://10.0.0.5:21"), r"^cluster\.advertise: .*scheme must be http or https"),
-    (_cluster(advertise="10.0.0.5:8080"), r"^cluster\.advertise: .*scheme must be http or https"),
+    (_cluster(advertise="https://10.0.0.5:8443"),
+     r"^cluster\.advertise: 'https://10\.0\.0\.5:8443': https is not supported .*http://"),
+    (_cluster(advertise="ftp://10.0.0.5:21"), r"^cluster\.advertise: .*scheme must be http;"),
+    (_cluster(advertise="10.0.0.5:8080"), r"^cluster\.advertise: .*scheme must be http;"),
     (_cluster(advertise="http://10.0.0.5"), r"^cluster\.advertise: .*has no port"),
     (_cluster(advertise="http://10.0.0.5:0"), r"^cluster\.advertise: .*has no port"),
     (_cluster(advertise="http://10.0.0.5:99999"), r"^cluster\.advertise: .*is not a URL"),
@@ -407,7 +409,18 @@ def test_config_check_refuses_a_bad_cluster(tmp_path, capsys):
     code, out, err = run_cli(capsys, "config", "check", str(path))
     assert code == 2 and out == ""
     assert err == ("error: cluster.advertise: 'http://h' has no port (peers must not guess "
-                   "it); expected http(s)://HOST:PORT such as 'http://10.0.0.5:8080'\n")
+                   "it); expected http://HOST:PORT such as 'http://10.0.0.5:8080'\n")
+
+
+def test_config_check_refuses_an_https_advertise(tmp_path, capsys):
+    """Nodes forward over plain HTTP: an https advertise is refused before any start
+    (it used to pass and then fail every forwarded request)."""
+    path = tmp_path / "flakekit.toml"
+    path.write_text(CONFIG.replace('weight = 2', 'weight = 2\nadvertise = "https://h:8443"'))
+    code, out, err = run_cli(capsys, "config", "check", str(path))
+    assert code == 2 and out == ""
+    assert err.startswith("error: cluster.advertise: 'https://h:8443': https is not supported")
+    assert err.count("\n") == 1
 
 
 def test_config_check_without_advertise(tmp_path, capsys):

@@ -19,6 +19,7 @@ from flakekit.cluster.settings import ClusterSettings
 from flakekit.errors import (
     ClusterError,
     ClusterUnavailableError,
+    ConfigError,
     FieldError,
     KeyMovingError,
     NotOwnerError,
@@ -40,10 +41,11 @@ class Harness:
     """Nodes on one memory store and one manual clock; ``tick()`` is a round of upkeep."""
 
     def __init__(self, *, renew_lapsed: bool = False, handoff_wait: float = 0.0,
-                 lapse_means_stopped: bool = False) -> None:
+                 lapse_means_stopped: bool = False, versioned: bool = False) -> None:
         self.clock = ManualClock()
         self.store = MemoryClusterStore(self.clock, renew_lapsed=renew_lapsed,
-                                        lapse_means_stopped=lapse_means_stopped)
+                                        lapse_means_stopped=lapse_means_stopped,
+                                        versioned=versioned)
         self.nodes: dict[str, ClusterNode] = {}
         self.handoff_wait = handoff_wait
         for key in KEYS:
@@ -594,3 +596,35 @@ def test_a_renewal_that_reveals_a_newer_view_stops_the_hot_path_at_once(cluster)
     a.upkeep()
     with pytest.raises(NotOwnerError):
         a.next_id(key)
+
+
+def test_a_node_with_other_strict_keys_is_refused_at_its_join():
+    """Config drift (issue 20): a node whose strict keys differ from the serving
+    members' (a key missing, or one more) is refused at start with one line naming the
+    nodes and the keys it can tell, and leaves again: it never serves, and the others'
+    keys stay where they are. The same config joins."""
+    h = Harness()
+    try:
+        a = h.add("a")
+        h.settle()
+        served = {k: a.next_id(k)[0] for k in KEYS}
+        drifted = ClusterNode(
+            ClusterSettings("c", "b", "http://b:8080", handoff_wait=0, debounce=0.5),
+            h.store.membership("b"), h.clock, threads=False)
+        for key in KEYS[1:]:   # lacks KEYS[0]
+            drifted.add_strict(key, h.store.fence("b"), SEGMENTS)
+        with pytest.raises(ConfigError) as refused:
+            drifted.start()
+        line = str(refused.value)
+        assert "\n" not in line and "node 'b' refused" in line and "node(s) a" in line
+        assert f"strict on the cluster but not here: {KEYS[0]!r}" in line
+        assert {m.node: m.state for m in h.store.membership("x").members("c")}["b"] == "left"
+        drifted.close()
+        h.tick(1.0)
+        assert all(a.next_id(k)[0] > served[k] for k in KEYS)   # nothing moved
+        b = h.add("b")   # the same strict keys: it joins and takes its share
+        h.settle()
+        assert {h.owner(k).member.node for k in KEYS} == {"a", "b"}
+        assert b.status()["epoch"] == a.status()["epoch"]
+    finally:
+        h.close()

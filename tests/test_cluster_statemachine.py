@@ -34,11 +34,13 @@ class ClusterMachine(RuleBasedStateMachine):
     """Processes: ``running`` (upkeep on every tick), ``paused`` (nothing runs; its state
     is kept), ``dead`` (never runs again, never closes: a crash)."""
 
-    @initialize(renew_lapsed=st.booleans(), lapse_means_stopped=st.booleans())
-    def setup(self, renew_lapsed: bool, lapse_means_stopped: bool) -> None:
+    @initialize(renew_lapsed=st.booleans(), lapse_means_stopped=st.booleans(),
+                versioned=st.booleans())
+    def setup(self, renew_lapsed: bool, lapse_means_stopped: bool, versioned: bool) -> None:
         self.clock = ManualClock()
         self.store = MemoryClusterStore(self.clock, renew_lapsed=renew_lapsed,
-                                        lapse_means_stopped=lapse_means_stopped)
+                                        lapse_means_stopped=lapse_means_stopped,
+                                        versioned=versioned)
         for key in KEYS:
             self.store.add_key(key, step=50)
         self.procs: list[tuple[str, ClusterNode]] = []   # every process ever started

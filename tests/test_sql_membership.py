@@ -88,16 +88,37 @@ def join(membership: SqlMembership, cluster: str = "c", node: str = "n1",
 
 # -- schema ------------------------------------------------------------------------------------
 class TestSchema:
-    def test_db_init_creates_the_three_tables_at_version_1(self, engine):
+    def test_db_init_creates_the_three_tables_at_the_current_version(self, engine):
         """The ``cluster`` component creates flakekit_members, flakekit_cluster_view and
-        flakekit_key_owner and records version 1; running it again changes nothing."""
+        flakekit_key_owner and records the current version; running it again changes nothing."""
         change = schema.upgrade_schema(engine, "cluster")
         assert set(change.created) == {"flakekit_members", "flakekit_cluster_view",
                                        "flakekit_key_owner"}
         with engine.connect() as conn:
-            assert schema.read_version(conn, "cluster") == 1
+            assert schema.read_version(conn, "cluster") == schema.CLUSTER_SCHEMA_VERSION
         again = schema.upgrade_schema(engine, "cluster")
         assert not again.changed and "up to date" in again.describe()
+
+    def test_version_1_members_gain_the_renewal_counter_and_config_digest(self, engine,
+                                                                         clock):
+        """A version-1 ``flakekit_members`` (no ``renewals``, no ``config_digest``) with a
+        member in it is upgraded in place: the row keeps its lease, reads version 0, and
+        the node can renew it."""
+        lease = join(SqlMembership(engine, clock, create_schema=True))
+        with engine.begin() as conn:
+            for column in ("renewals", "config_digest"):
+                conn.execute(text(f"ALTER TABLE flakekit_members DROP COLUMN {column}"))
+            conn.execute(text("UPDATE flakekit_schema SET version = 1 "
+                              "WHERE component = 'cluster'"))
+        with pytest.raises(SchemaError, match="renewals"):
+            schema.check_schema(engine, "cluster")
+        change = schema.upgrade_schema(engine, "cluster")
+        assert change.before == 1 and change.after == schema.CLUSTER_SCHEMA_VERSION
+        membership = SqlMembership(engine, clock)
+        (info,) = membership.members("c")
+        assert (info.holder, info.version, info.config_digest) == (lease.holder, 0, "")
+        membership.renew(lease, 0)
+        assert membership.members("c")[0].version == 1
 
     def test_upgrade_of_a_leaf_database_leaves_leaf_alloc_alone(self, engine):
         """A Leaf database (Leaf's DDL, no flakekit_schema row for segments) gains the

@@ -67,19 +67,25 @@ def check_node(value: Any, where: str) -> str:
 
 
 def check_advertise(value: Any, where: str) -> str:
-    """``http(s)://host:port`` (no path, query or credentials), returned without a
-    trailing slash: peers forward requests to it and clients are sent to it."""
+    """``http://host:port`` (no path, query or credentials), returned without a trailing
+    slash: peers forward requests to it and clients are sent to it. ``https`` is refused
+    here, at ``config check``: node-to-node forwarding speaks plain HTTP only, so every
+    forwarded request would fail at run time (terminate TLS in front of the nodes)."""
     example = "http://10.0.0.5:8080"
     if not isinstance(value, str) or not value:
         raise ConfigError(where, f"expected a URL such as {example!r}, got {value!r}")
-    fix = f"expected http(s)://HOST:PORT such as {example!r}"
+    fix = f"expected http://HOST:PORT such as {example!r}"
+    if value.lower().startswith("https://"):
+        raise ConfigError(where, f"{value!r}: https is not supported (nodes forward requests "
+                          "to each other over plain HTTP); advertise the node's http:// "
+                          f"address and terminate TLS in front of it, e.g. {example!r}")
     try:
         parts = urlsplit(value)
         port = parts.port
     except ValueError as exc:
         raise ConfigError(where, f"{value!r} is not a URL ({exc}); {fix}") from None
-    if parts.scheme not in ("http", "https"):
-        raise ConfigError(where, f"{value!r}: the scheme must be http or https; {fix}")
+    if parts.scheme != "http":
+        raise ConfigError(where, f"{value!r}: the scheme must be http; {fix}")
     if not parts.hostname:
         raise ConfigError(where, f"{value!r} has no host; {fix}")
     if port is None or port == 0:

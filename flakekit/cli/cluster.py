@@ -11,6 +11,7 @@ node releases or claims its keys as it sees the new epoch.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,9 +23,11 @@ from flakekit.errors import ClusterError, ConfigError, FlakekitError, UnknownNam
 if TYPE_CHECKING:
     from flakekit.assembly.kit import Kit
     from flakekit.cluster.membership import Membership
-    from flakekit.values.cluster import Member, View
+    from flakekit.values.cluster import Member, MemberInfo, View
 
 __all__ = ["cluster_group", "drain_node", "status_report"]
+
+log = logging.getLogger("flakekit.cli")
 
 #: how often ``drain`` re-reads the view when another proposer moved it first
 PROPOSE_ATTEMPTS = 5
@@ -192,8 +195,28 @@ def drain_node(kit: Kit, node: str, undo: bool = False) -> dict[str, Any]:
     view = _read("reading the view", where, membership.view, spec.name)
     if node not in infos and node not in view.nodes():
         raise UnknownNameError("NODE", "member", node, {*infos, *view.nodes()})
+    was_draining = node in infos and infos[node].state == "draining"
     mark = _read("marking the member", where, membership.set_draining, spec.name, node,
                  not undo)
+    try:
+        return _propose_drain(kit, membership, node, undo, mark, infos, view)
+    except BaseException:
+        # nothing half-done: a drain that could not move the view leaves the mark as it
+        # was (best effort: the error that stopped the drain is the one to report)
+        if mark and was_draining != (not undo):
+            try:
+                membership.set_draining(spec.name, node, was_draining)
+            except FlakekitError as exc:
+                log.warning("cluster %s: could not put %s's draining mark back: %s",
+                            spec.name, node, exc)
+        raise
+
+
+def _propose_drain(kit: Kit, membership: Membership, node: str, undo: bool, mark: bool,
+                   infos: dict[str, MemberInfo], view: View) -> dict[str, Any]:
+    spec = kit.config.cluster
+    assert spec is not None
+    where = membership.where
     keys = [gen.key for gen in kit.strict_generators()]
     result: dict[str, Any] = {"cluster": spec.name, "node": node,
                               "action": "undrain" if undo else "drain", "marked": mark,

@@ -62,11 +62,14 @@ class MemberTarget:
         self.deadline_ns = NEVER
         self.lease: MemberLease | None = None
         self.revoked: str | None = None
+        #: no claim before this (monotonic ns; see MemberLease.claim_after_ns)
+        self.claim_after_ns = 0
         self._on_revoke = on_revoke
 
     def bind(self, lease: MemberLease) -> None:
         self.lease = lease
         self.revoked = None
+        self.claim_after_ns = lease.claim_after_ns
         self.deadline_ns = FOREVER if lease.deadline_ns is None else lease.deadline_ns
 
     def extend(self, deadline_ns: int | None, stamp_until_ns: int | None = None) -> None:

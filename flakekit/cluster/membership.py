@@ -30,21 +30,35 @@ __all__ = [
     "MemberLease",
     "Membership",
     "check_key_segment",
+    "lapse_wait_ns",
     "proposed_members",
 ]
 
 #: the largest weight a member may have (its rendezvous replicas; see cluster-routing.md)
 MAX_WEIGHT = 64
+#: a crash hand-off waits ``lease + max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE *
+#: lease)`` on the waiter's own clock (clock-rate drift between nodes, with room to spare)
+HANDOFF_MARGIN_MIN_S = 0.25
+HANDOFF_MARGIN_SHARE = 0.1
+
+
+def lapse_wait_ns(lease_s: float) -> int:
+    """How long (monotonic ns, on the waiter's own clock) a record must stay unchanged,
+    or a new owner wait, before the holder of a ``lease_s`` lease has surely stopped."""
+    return round((lease_s + max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE * lease_s)) * 1e9)
 
 
 @attrs.frozen
 class JoinRequest:
     """What a node asks the membership for: to be ``member`` of ``cluster``, with a lease
-    of ``lease_s`` seconds (the store may grant a different TTL; the lease says which)."""
+    of ``lease_s`` seconds (the store may grant a different TTL; the lease says which).
+    ``config_digest`` is published in the member's record (see
+    :mod:`flakekit.cluster.agreement`)."""
 
     cluster: str
     member: Member
     lease_s: float = 10.0
+    config_digest: str = ""
 
     @property
     def owner(self) -> str:  # the keeper's name for messages
@@ -67,6 +81,9 @@ class MemberLease:
             within a third of the lease).
         ttl: the lease the store granted, seconds.
         deadline_ns: monotonic ns after which this node serves no strict key.
+        claim_after_ns: monotonic ns before which this node claims no key (a join that
+            took its record from a holder that did not leave: that process may still
+            serve this node's claims from memory until then).
     """
 
     member: Member
@@ -77,6 +94,7 @@ class MemberLease:
     deadline_ns: int | None
     stamp_until_ns: int | None = None
     not_before_ns: int = 0
+    claim_after_ns: int = 0
     #: the cluster joined: renew and release get only the lease, so it must say which
     #: record it is (a store serving several clusters cannot tell otherwise)
     cluster: str = ""
@@ -132,12 +150,16 @@ class Membership(Protocol):
     ``callback()`` on a hint that the view may have changed (optional to honour: safety
     comes from the renewal re-reading the epoch); ``where`` names the store for messages.
 
-    Optional attribute ``lapse_means_stopped`` (default False): True when a record the
-    store shows ``"lapsed"`` or ``"left"`` proves its holder's own deadline has passed
-    (SQL: ``last_seen`` is stamped after the renewal was sent; ZooKeeper: the server
-    expires a session only after its timeout since the last packet). A new owner may then
-    take a crashed owner's key at once instead of waiting ``lease + margin``. etcd leaves
-    it False: its leases can vanish early under a stuck leader.
+    A record ``"left"`` proves its holder stopped (only the holder writes it, after it
+    stopped serving). Optional attribute ``lapse_means_stopped`` (default False): True
+    when a record the store shows ``"lapsed"`` proves its holder's own deadline has passed
+    *without any wall clock* (ZooKeeper: the leader expires a session on its elapsed-time
+    clock only its timeout after the last packet, and the holder stops before that). SQL
+    leaves it False: ``last_seen + lease_ms`` is on the database's wall clock, which an
+    NTP step or a VM resume moves by any amount; there a lapse is proven by the claimer
+    seeing the record's ``version`` unchanged for ``lapse_wait_ns`` on its own clock, and
+    a renewal re-reads the view epoch *after* its COMMIT. etcd leaves it False: its leases
+    can vanish early under a stuck leader.
     """
 
     @property

@@ -35,15 +35,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from flakekit.cluster.agreement import config_digest, disagreement
 from flakekit.cluster.fenced import FencedStore
 from flakekit.cluster.member_lease import MemberEvents, MemberSource, MemberTarget
-from flakekit.cluster.membership import JoinRequest, KeyClaim, KeyFence, MemberLease, Membership
+from flakekit.cluster.membership import (
+    HANDOFF_MARGIN_MIN_S,
+    HANDOFF_MARGIN_SHARE,
+    JoinRequest,
+    KeyClaim,
+    KeyFence,
+    MemberLease,
+    Membership,
+    lapse_wait_ns,
+)
 from flakekit.cluster.proposer import Proposer
 from flakekit.cluster.settings import ClusterSettings
 from flakekit.cluster.strict import CLAIMING, IDLE, OWNED, RELEASING, Slot, StrictKey
 from flakekit.errors import (
     ClusterError,
     ClusterUnavailableError,
+    ConfigError,
     FlakekitError,
     KeyMovingError,
     NotOwnerError,
@@ -63,10 +74,6 @@ __all__ = ["HANDOFF_MARGIN_MIN_S", "HANDOFF_MARGIN_SHARE", "ClusterNode"]
 
 log = logging.getLogger("flakekit.cluster")
 
-#: the crash hand-off waits ``lease + max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE *
-#: lease)`` (clock-rate drift between nodes and the store, with room to spare)
-HANDOFF_MARGIN_MIN_S = 0.25
-HANDOFF_MARGIN_SHARE = 0.1
 #: hand-off durations kept for stats (the newest)
 _HANDOFF_HISTORY = 1000
 
@@ -119,7 +126,10 @@ class ClusterNode:
         self._view_due_ns = 0
         #: the longest lease any member was seen holding (s): a crash hand-off waits it
         self._peer_lease_s = 0.0
+        #: node -> (its record's fingerprint, monotonic ns this node first read it)
+        self._records: dict[str, tuple[tuple[str, int, int | None], int]] = {}
         self._rejoin_due_ns = 0
+        self._poll_due_ns = 0
         self._started = False
         self._closing = False
         self._lost = False
@@ -134,7 +144,12 @@ class ClusterNode:
             raise NotStartedError(f"cluster node {self.member.node!r} was closed; build a new one")
         if self._started:
             return self
+        with self._lock:
+            digest = config_digest(self._exact)
+        self._keeper.request = JoinRequest(self.settings.name, self.member, self.settings.lease,
+                                           config_digest=digest)
         self._keeper.start(self._target)
+        self._check_agreement(digest)
         self._started = True
         self._refresh()
         try:
@@ -147,6 +162,27 @@ class ClusterNode:
                                             name=f"flakekit-cluster-{self.member.node}")
             self._thread.start()
         return self
+
+    def _check_agreement(self, digest: str) -> None:
+        """Refuse (leave again, ConfigError naming the keys) when a serving member
+        published other strict keys than this node's (:mod:`flakekit.cluster.agreement`).
+        Nothing was claimed yet: this node leaves before it could serve anything."""
+        try:
+            infos = self._members()
+            with self._lock:
+                mine = list(self._exact)
+                fences = {id(f): f for f, _ in self._exact.values()}
+            claimed = {r.key for f in fences.values() for r in f.key_owners()
+                       if r.node != self.member.node}
+        except FlakekitError as exc:   # the renewals and proposals will fail loudly too
+            log.warning("%s: cannot compare the strict keys with the members (%s)",
+                        self._who, exc)
+            return
+        line = disagreement(self.settings.name, self.member.node, digest, infos, mine,
+                            claimed)
+        if line is not None:
+            self._keeper.close()   # leave: the record says ``left`` (this node served nothing)
+            raise ConfigError("", line)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop serving, give back and release every claim (fenced: a deposed owner changes
@@ -386,6 +422,7 @@ class ClusterNode:
             now = self.clock.monotonic_ns()
             if (self._lost or self._keeper.lost is not None) and now >= self._rejoin_due_ns:
                 self._rejoin()
+            self._poll_view(now)
             # a difference the proposer is debouncing falls due on its own: re-read and
             # propose then, not only at the next renewal (which may be lease/3 later)
             pending = self._proposer.due_in_ns(now)
@@ -393,6 +430,21 @@ class ClusterNode:
                                                             and pending <= 0):
                 self._refresh()
             self._settle_all()
+
+    def _poll_view(self, now: int) -> None:
+        """A store without change notification (``view_poll_s``: SQL) is asked for the
+        view epoch that often, so a planned hand-off moves in about that time, not at the
+        next renewal (up to a third of the lease; issue 20). A newer epoch stops the hot
+        path at once, as a renewal that read it does."""
+        poll = getattr(self.membership, "view_poll_s", None)
+        if not poll or now < self._poll_due_ns:
+            return
+        self._poll_due_ns = now + round(poll * 1e9)
+        try:
+            epoch = self.membership.view(self.settings.name).epoch
+        except FlakekitError:
+            return   # the renewal and the refresh report the store's trouble
+        self._lease_view(epoch)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -408,15 +460,18 @@ class ClusterNode:
     def _next_wait(self) -> float:
         now = self.clock.monotonic_ns()
         due = [self._view_due_ns - now]
+        if getattr(self.membership, "view_poll_s", None):
+            due.append(self._poll_due_ns - now)
         pending = self._proposer.due_in_ns(now)
         if pending is not None:
             due.append(pending)
         with self._lock:
             can_claim = self._view_epoch >= 0 and now < self._target.deadline_ns
             for st in self._keys.values():
-                if st.state == RELEASING or (can_claim and st.state == IDLE
-                                             and st.owner_since is not None):
+                if st.state == RELEASING:
                     due.append(st.next_try_ns - now)
+                elif can_claim and st.state == IDLE and st.owner_since is not None:
+                    due.append(max(st.next_try_ns, self._target.claim_after_ns) - now)
         return min(max(min(due) / 1e9, 0.005), 5.0)
 
     def _refresh(self) -> None:
@@ -563,18 +618,34 @@ class ClusterNode:
         """The membership's records; remembers the longest lease among them, so a node
         with a shorter lease never takes a crashed longer-leased owner's key early."""
         infos = self.membership.members(self.settings.name)
+        seen = self.clock.monotonic_ns()   # after the read: every renewal it shows was sent before
         longest = max((i.lease_ms for i in infos), default=0) / 1000
-        if longest > self._peer_lease_s:
-            self._peer_lease_s = longest
+        with self._lock:
+            if longest > self._peer_lease_s:
+                self._peer_lease_s = longest
+            for i in infos:
+                old = self._records.get(i.node)
+                if old is None or old[0] != i.fingerprint:
+                    self._records[i.node] = (i.fingerprint, seen)
         return infos
+
+    def _unchanged_ns(self, info: MemberInfo) -> int:
+        """How long this node has seen ``info``'s record as it is now (its own clock);
+        0 for a store whose renewals write nothing to the record."""
+        if info.version is None:
+            return 0
+        with self._lock:
+            old = self._records.get(info.node)
+        if old is None or old[0] != info.fingerprint:
+            return 0
+        return self.clock.monotonic_ns() - old[1]
 
     def _wait_ns(self) -> int:
         lease = max(self.settings.lease, self._peer_lease_s)
         held = self._keeper.lease
         if held is not None:
             lease = max(lease, held.ttl)
-        margin = max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE * lease)
-        return round((lease + margin) * 1e9)
+        return lapse_wait_ns(lease)
 
     def _actionable_locked(self, st: StrictKey, now: int) -> bool:
         if st.busy or now < st.next_try_ns:
@@ -583,7 +654,7 @@ class ClusterNode:
             return True
         return (st.state == IDLE and st.owner_since is not None and not self._closing
                 and not self._lost and self._view_epoch >= 0
-                and now < self._target.deadline_ns)
+                and self._target.claim_after_ns <= now < self._target.deadline_ns)
 
     def _settle_all(self) -> None:
         now = self.clock.monotonic_ns()
@@ -619,18 +690,28 @@ class ClusterNode:
                 self._cond.notify_all()
 
     def _holder_stopped(self, fence: KeyFence, key: str) -> bool:
-        """True when the key's current holder is another node whose membership record
-        has lapsed or left, in a store where that proves its own deadline has passed
-        (``lapse_means_stopped``): the new owner need not wait ``lease + margin``. A holder
-        that renews a lapsed record afterwards reads the newer view epoch at that renewal
+        """True when the key's current holder is another node that has surely stopped,
+        so the new owner need not wait ``lease + margin`` from when it became the owner:
+        its record ``left`` (only the holder writes that, after it stopped); or it shows
+        ``lapsed`` in a store where that proves the holder's deadline passed without a
+        wall clock (``lapse_means_stopped``: ZooKeeper); or this node has read the
+        record unchanged (no renewal landed) for the lease plus a margin on its own
+        clock. Never a store's wall-clock age alone: a database clock stepped forward
+        makes every member look lapsed (issue 20). A renewal that lands after this
+        check re-reads the view epoch after its COMMIT, so the holder sees the new view
         and serves nothing under its old claim."""
-        if not getattr(self.membership, "lapse_means_stopped", False):
-            return False
         record = fence.key_owner(key)
         if record is None or record.released or record.node == self.member.node:
             return False   # a plain claim takes it (or it is ours)
         info = next((i for i in self._members() if i.node == record.node), None)
-        return info is not None and info.state in ("lapsed", "left")
+        if info is None:
+            return False
+        if info.state == "left":
+            return True
+        if info.state == "lapsed" and getattr(self.membership, "lapse_means_stopped", False):
+            return True
+        lease_s = max(self._peer_lease_s, info.lease_ms / 1000, self.settings.lease)
+        return self._unchanged_ns(info) >= lapse_wait_ns(lease_s)
 
     def _claim(self, st: StrictKey, claim: KeyClaim, waited: bool, now: int) -> None:
         gen: SegmentGenerator | PeriodicSegment | None = None

@@ -3,10 +3,15 @@
 ``flakekit_members`` holds one row per (cluster, node): the node's lease. A join claims
 the row with a new random ``holder`` token and ``incarnation + 1`` -- refused, naming the
 live holder, while the row's lease is current on the database clock (``last_seen`` plus
-``lease_ms`` is later than the database's now). A renewal is a fenced UPDATE (``holder``
-and ``incarnation`` in the WHERE) setting ``last_seen`` to the database's now, and reads
-the view epoch in the same transaction, so a member learns of a new view within one
-renewal interval (at most a third of the lease) even with no watch at all. The holder's
+``lease_ms`` is later than the database's now). A row that looks lapsed there is taken,
+but the new incarnation claims no key before the old holder's lease plus a margin has
+passed on its *own* monotonic clock (``MemberLease.claim_after_ns``): the database's wall
+clock may have stepped (NTP, a VM resume), and its age alone proves nothing. A renewal is a fenced
+UPDATE (``holder`` and ``incarnation`` in the WHERE) setting ``last_seen`` to the
+database's now and ``renewals + 1``, then re-reads the view epoch *after* its COMMIT: a
+COMMIT held up on a slow path may land after a peer took a key (it saw the old
+``renewals`` long enough), and the epoch read afterwards is that newer view, so the
+renewal never extends a deadline past a view change it did not see. The holder's
 deadline is on its own monotonic clock: the lease from the *send* time of the renewal
 that succeeded, less a safety window (:func:`flakekit.sql.workers.lease_deadline_ns`,
 the worker registry's rule), so it stops before another process may take the row.
@@ -23,7 +28,8 @@ lock wait timed out is retried for at most ``lock_retry_s``; a renewal is tried 
 (the keeper retries at the next interval and keeps the old deadline meanwhile).
 
 ``watch_view`` is a no-op here: SQL has no change notification, and safety never rests
-on one (renewals re-read the epoch).
+on one (renewals re-read the epoch); nodes poll the view row every ``view_poll_s``
+(0.1 s) instead, so a planned hand-off does not wait for a renewal.
 """
 
 from __future__ import annotations
@@ -42,7 +48,12 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from flakekit.cluster.membership import JoinRequest, MemberLease, proposed_members
+from flakekit.cluster.membership import (
+    JoinRequest,
+    MemberLease,
+    lapse_wait_ns,
+    proposed_members,
+)
 from flakekit.errors import BackendError, LeaseLostError, SchemaError
 from flakekit.sql.backends import describe_engine
 from flakekit.sql.dbclock import (
@@ -72,6 +83,8 @@ MS = 1_000_000
 SAFETY_SHARE = 0.2
 #: the column sizes of flakekit_members (checked before any SQL runs)
 _LIMITS = {"cluster": 64, "node": 128, "advertise": 255}
+#: how often a node reads the view row (one primary-key read) between renewals
+VIEW_POLL_S = 0.1
 #: the largest lease ``lease_ms`` (INTEGER) can hold
 MAX_LEASE_MS = 2**31 - 1
 
@@ -84,6 +97,13 @@ def _check_text(field: str, value: object, empty: bool = False) -> str:
     if not isinstance(value, str) or (not value and not empty) or len(value) > limit:
         raise ValueError(f"{field} must be {'a' if empty else 'a non-empty'} string of at "
                          f"most {limit} characters, got {value!r}")
+    return value
+
+
+def _check_digest(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 160:
+        raise ValueError(f"config_digest must be a string of at most 160 characters, "
+                         f"got {value!r}")
     return value
 
 
@@ -128,9 +148,12 @@ class SqlMembership:
     _schema_ok: bool = attrs.field(init=False, default=False)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
 
-    #: a lapsed record proves its holder stopped: ``last_seen`` is stamped by the database
-    #: after the renewal was sent, and the holder's deadline is that send + lease - safety
-    lapse_means_stopped = True
+    #: a lapse on the database's wall clock proves nothing (the clock may step): a
+    #: claimer proves it by the ``renewals`` counter on its own clock (MemberInfo.version)
+    lapse_means_stopped = False
+    #: SQL has no change notification: nodes read the view row this often (seconds), so a
+    #: planned hand-off takes about that long instead of up to a renewal interval
+    view_poll_s = VIEW_POLL_S
 
     # -- naming ----------------------------------------------------------------------------
     @property
@@ -185,6 +208,7 @@ class SqlMembership:
         except SQLAlchemyError as exc:
             raise self._error("checking the schema", exc) from None
         token = f"{os.uname().nodename}/pid{os.getpid()}/{uuid.uuid4().hex[:12]}"
+        digest = _check_digest(request.config_digest)
         give_up = time.monotonic() + self.lock_retry_s
         attempt = 0
         while True:
@@ -192,7 +216,8 @@ class SqlMembership:
             send = self.clock.monotonic_ns()
             try:
                 with write_transaction(self.engine) as conn:
-                    incarnation = self._join_in(conn, cluster, member, token, lease_ms)
+                    incarnation, taken_ms = self._join_in(conn, cluster, member, token,
+                                                          lease_ms, digest)
                     view_epoch = self._epoch(conn, cluster)
                 break
             except SQLAlchemyError as exc:
@@ -208,10 +233,14 @@ class SqlMembership:
         return MemberLease(member=member, cluster=cluster, holder=token, epoch=incarnation,
                            view_epoch=view_epoch, ttl=lease_ms / 1000,
                            deadline_ns=lease_deadline_ns(send, lease_ns,
-                                                         self._safety_ns(lease_ns)))
+                                                         self._safety_ns(lease_ns)),
+                           claim_after_ns=(send + lapse_wait_ns(taken_ms / 1000)
+                                           if taken_ms else 0))
 
     def _join_in(self, conn: Connection, cluster: str, member: Member, token: str,
-                 lease_ms: int) -> int:
+                 lease_ms: int, digest: str) -> tuple[int, int]:
+        """The new incarnation, and the lease (ms) of a holder it took the row from
+        without that holder having left (0: a new row, or one left cleanly)."""
         now = db_now(dialect_of(conn))
         row = conn.execute(
             select(_m.holder, _m.incarnation, _m.state, _m.last_seen, _m.lease_ms,
@@ -219,11 +248,12 @@ class SqlMembership:
             .where(_m.cluster == cluster, _m.node == member.node).with_for_update()
         ).mappings().first()
         values = dict(holder=token, state="alive", last_seen=now, lease_ms=lease_ms,
-                      advertise=member.advertise, weight=member.weight)
+                      advertise=member.advertise, weight=member.weight,
+                      config_digest=digest, renewals=0)
         if row is None:
             conn.execute(insert(members_table).values(cluster=cluster, node=member.node,
                                                 incarnation=1, **values))
-            return 1
+            return 1, 0
         age_ms = _ms_between(row["now"], row["last_seen"])
         if row["state"] != "left" and (age_ms is None or age_ms < row["lease_ms"]):
             left = "?" if age_ms is None else f"{(row['lease_ms'] - age_ms) / 1000:.1f}"
@@ -237,7 +267,9 @@ class SqlMembership:
             _m.cluster == cluster, _m.node == member.node,
             _m.incarnation == row["incarnation"],
         ).values(incarnation=_m.incarnation + 1, **values))
-        return int(row["incarnation"]) + 1
+        # lapsed on the database clock only: that clock may have stepped, so the old
+        # holder may still serve; this node claims no key until it surely stopped
+        return int(row["incarnation"]) + 1, 0 if row["state"] == "left" else int(row["lease_ms"])
 
     @staticmethod
     def _epoch(conn: Connection, cluster: str) -> int:
@@ -257,12 +289,16 @@ class SqlMembership:
         try:
             with self.engine.begin() as conn:
                 done = conn.execute(update(members_table).where(*self._ours(cluster, lease))
-                                    .values(last_seen=db_now(dialect_of(conn)))).rowcount
-                if done:
-                    view_epoch = self._epoch(conn, cluster)
-                else:
+                                    .values(last_seen=db_now(dialect_of(conn)),
+                                            renewals=_m.renewals + 1)).rowcount
+                if not done:
                     now = conn.execute(select(_m.holder, _m.incarnation, _m.state).where(
                         _m.cluster == cluster, _m.node == lease.member.node)).first()
+            if done:
+                # after the COMMIT: a view changed while it was on its way is seen here
+                # (a peer that read the old row long enough may have claimed meanwhile)
+                with self.engine.connect() as conn:
+                    view_epoch = self._epoch(conn, cluster)
         except SQLAlchemyError as exc:
             raise self._error(f"renewing member {lease.member.node!r}", exc) from None
         if not done:
@@ -307,8 +343,8 @@ class SqlMembership:
             with self.engine.connect() as conn:
                 rows = conn.execute(
                     select(_m.node, _m.advertise, _m.weight, _m.holder, _m.incarnation,
-                           _m.state, _m.last_seen, _m.lease_ms,
-                           db_now(dialect_of(conn)).label("now"))
+                           _m.state, _m.last_seen, _m.lease_ms, _m.renewals,
+                           _m.config_digest, db_now(dialect_of(conn)).label("now"))
                     .where(_m.cluster == cluster).order_by(_m.node)
                 ).mappings().all()
         except SQLAlchemyError as exc:
@@ -321,7 +357,8 @@ class SqlMembership:
                      else "draining" if r["state"] == "draining" else "alive")
             out.append(MemberInfo(Member(r["node"], r["advertise"], r["weight"]), state,
                                   r["holder"], int(r["incarnation"]), int(expires),
-                                  int(r["lease_ms"])))
+                                  int(r["lease_ms"]), int(r["renewals"]),
+                                  str(r["config_digest"] or "")))
         return out
 
     def view(self, cluster: str) -> View:

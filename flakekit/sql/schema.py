@@ -41,7 +41,10 @@ row per cluster, never deleted; ``epoch`` changes only by compare-and-set) and
 ``flakekit_key_owner`` (who owns each strict key at which epoch: the fence every segment
 fetch checks). They are tables of their own so that ``leaf_alloc`` stays Leaf's. Version
 1 is the first: ``flakekit db upgrade`` (or ``db init``) adds the three tables to an
-existing database and touches nothing else.
+existing database and touches nothing else. Version 2 adds ``flakekit_members.renewals``
+(a counter every renewal bumps: a lapse is proven on the claimer's own clock, never by a
+database wall-clock age) and ``flakekit_members.config_digest`` (the member's strict keys,
+compared at the join).
 """
 
 from __future__ import annotations
@@ -154,6 +157,10 @@ members = Table(
     Column("state", String(16), nullable=False),         # alive | draining | left
     Column("last_seen", _Timestamp, nullable=False, server_default=func.now()),
     Column("lease_ms", Integer, nullable=False),         # the lease the holder renews
+    # +1 at every renewal: a claimer proves a lapse by seeing it unchanged (version 2)
+    Column("renewals", BigInteger, nullable=False, server_default="0"),
+    # the digest of the member's strict-key config (cluster/agreement.py; version 2)
+    Column("config_digest", String(160), nullable=False, server_default=""),
     PrimaryKeyConstraint("cluster", "node", name="flakekit_members_pkey"),
 )
 #: one row per cluster, never deleted; ``epoch`` only moves by ``WHERE epoch = :seen``
@@ -361,7 +368,20 @@ WORKERS = Component(
 )
 
 CLUSTER_COMPONENT = "cluster"
-CLUSTER_SCHEMA_VERSION = 1
+CLUSTER_SCHEMA_VERSION = 2
+
+
+def _add_member_columns(conn: Connection) -> None:
+    """Cluster 1 -> 2: the columns ``renewals`` and ``config_digest`` (if missing: a step
+    is run again after a half-applied migration)."""
+    have = {c["name"].lower() for c in inspect(conn).get_columns(members.name)}
+    for name in ("renewals", "config_digest"):
+        if name in have:
+            continue
+        col = members.c[name]
+        default = "0" if name == "renewals" else "''"
+        conn.execute(text(f"ALTER TABLE {members.name} ADD COLUMN {name} "
+                          f"{col.type.compile(dialect=conn.dialect)} NOT NULL DEFAULT {default}"))
 
 
 def _cluster_backends(config: Any) -> Iterable[str]:
@@ -384,6 +404,10 @@ CLUSTER = Component(
     name=CLUSTER_COMPONENT,
     version=CLUSTER_SCHEMA_VERSION,
     tables=(members, cluster_view, key_owner),
+    migrations=(
+        Migration(1, 2, {"*": (_add_member_columns,)},
+                  "flakekit_members: renewals and config_digest"),
+    ),
     check=None,
     backends=_cluster_backends,
 )

@@ -51,6 +51,8 @@ class _Record:
     lease_ns: int
     draining: bool = False
     left: bool = False
+    renewals: int = 0
+    config_digest: str = ""
 
 
 @attrs.define
@@ -87,13 +89,16 @@ class MemoryClusterStore:
     store that only checks the holder does); by default that is a lost lease.
     ``lapse_means_stopped`` is what the memberships declare (see
     :class:`~flakekit.cluster.membership.Membership`): True lets a new owner take a
-    lapsed owner's key at once, as on SQL and ZooKeeper."""
+    lapsed owner's key at once, as on ZooKeeper. ``versioned=True`` reports a renewal
+    counter in every record (``MemberInfo.version``), as SQL does: a claimer proves a
+    lapse by reading it unchanged for a lease plus a margin on its own clock."""
 
     clock: Any
     renew_interval: float | None = None
     safety: float = 0.1
     renew_lapsed: bool = False
     lapse_means_stopped: bool = False
+    versioned: bool = False
     events: list[SegmentEvent] = attrs.Factory(list)
     _members: dict[tuple[str, str], _Record] = attrs.Factory(dict)
     _views: dict[str, View] = attrs.Factory(dict)
@@ -196,7 +201,8 @@ class MemoryMembership:
                     f"live process {rec.holder!r}; give each process its own node id")
             lease_ns = round(request.lease_s * 1e9)
             rec = _Record(request.member, f"{request.member.node}/{next(s._tokens)}",
-                          (rec.incarnation if rec else 0) + 1, now, lease_ns)
+                          (rec.incarnation if rec else 0) + 1, now, lease_ns,
+                          config_digest=request.config_digest)
             s._members[key] = rec
             return MemberLease(request.member, rec.holder, rec.incarnation,
                                s._view(request.cluster).epoch, request.lease_s,
@@ -220,6 +226,7 @@ class MemoryMembership:
             if rec.left or (not s._alive(rec, now) and not s.renew_lapsed):
                 raise LeaseLostError(f"member {lease.member.node!r}: the lease lapsed on the store")
             rec.last_seen_ns = now
+            rec.renewals += 1
             assert key is not None
             return attrs.evolve(lease, view_epoch=s._view(key[0]).epoch,
                                 deadline_ns=s._deadline(now, rec.lease_ns))
@@ -245,7 +252,9 @@ class MemoryMembership:
                 state = ("left" if rec.left else "lapsed" if left <= 0
                          else "draining" if rec.draining else "alive")
                 out.append(MemberInfo(rec.member, state, rec.holder, rec.incarnation,
-                                      left // 1_000_000, rec.lease_ns // 1_000_000))
+                                      left // 1_000_000, rec.lease_ns // 1_000_000,
+                                      rec.renewals if s.versioned else None,
+                                      rec.config_digest))
             return out
 
     def view(self, cluster: str) -> View:

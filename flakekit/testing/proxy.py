@@ -24,6 +24,8 @@ class TcpProxy:
     from then on that connection forwards nothing either way, while its server-side
     session stays open -- a peer cut off inside its transaction, as after a partition.
     Other connections keep flowing; ``marker_hit`` is set when it happened.
+    ``stall_at(b"COMMIT", hold_s=2.0)`` instead holds that one chunk for ``hold_s`` and
+    then delivers it, the connection flowing on: a COMMIT that arrives late.
     """
 
     def __init__(self, target_port: int, delay_s: float = 0.0,
@@ -43,6 +45,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._marker: bytes | None = None
         self._forward_marker = False
+        self._hold_s: float | None = None
         self.marker_hit = threading.Event()
 
     @classmethod
@@ -90,10 +93,13 @@ class TcpProxy:
     def unstall(self) -> None:
         self._stalled = False
 
-    def stall_at(self, marker: bytes, forward: bool = False) -> None:
-        """Partition the connection whose client next sends ``marker`` (see the class)."""
+    def stall_at(self, marker: bytes, forward: bool = False,
+                 hold_s: float | None = None) -> None:
+        """Partition the connection whose client next sends ``marker``, or with
+        ``hold_s`` deliver that chunk late (see the class)."""
         self.marker_hit.clear()
         self._forward_marker = forward
+        self._hold_s = hold_s
         self._marker = marker
 
     def _hits_marker(self, data: bytes) -> bool:
@@ -140,6 +146,10 @@ class TcpProxy:
                     if partitioned or self._stalled:
                         continue
                     if sock is client and self._hits_marker(data):
+                        if self._hold_s is not None:
+                            time.sleep(self._hold_s)
+                            server.sendall(data)
+                            continue
                         partitioned = True
                         if self._forward_marker:
                             server.sendall(data)

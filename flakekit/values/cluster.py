@@ -56,7 +56,13 @@ class MemberInfo:
     ``"left"`` (released cleanly). ``expires_in_ms`` is on the store's clock (negative
     once lapsed); ``holder`` names the process incarnation holding the record;
     ``lease_ms`` is the lease the member holds (a new owner of a crashed member's keys
-    waits at least that long, whatever its own lease is).
+    waits at least that long, whatever its own lease is). ``version`` changes at every
+    renewal of the record (SQL: the ``renewals`` counter); None where a renewal writes
+    nothing to the record (ZooKeeper, etcd): a claimer that sees the same ``(holder,
+    incarnation, version)`` for a lease plus a margin on its *own* monotonic clock knows
+    the holder's deadline has passed, whatever the store's wall clock says.
+    ``config_digest`` is the member's strict-key config as published at its join
+    (:mod:`flakekit.cluster.agreement`; "" when the store keeps none).
     """
 
     member: Member
@@ -65,6 +71,13 @@ class MemberInfo:
     incarnation: int = 0
     expires_in_ms: int = 0
     lease_ms: int = 0
+    version: int | None = None
+    config_digest: str = ""
+
+    @property
+    def fingerprint(self) -> tuple[str, int, int | None]:
+        """What a renewal changes: the same fingerprint means no renewal landed."""
+        return (self.holder, self.incarnation, self.version)
 
     @property
     def node(self) -> str:

@@ -338,7 +338,8 @@ class EtcdMembership:
         token = f"{os.uname().nodename}/pid{os.getpid()}/{uuid.uuid4().hex[:12]}"
         mkey = self.member_key(cluster, member.node)
         record = _json(advertise=member.advertise, weight=member.weight, holder=token,
-                       lease=f"0x{lease_id:x}", lease_ms=granted * 1000, state="alive")
+                       lease=f"0x{lease_id:x}", lease_ms=granted * 1000, state="alive",
+                       config_digest=request.config_digest)
         roster = _json(advertise=member.advertise, weight=member.weight, holder=token,
                        lease_ms=granted * 1000, state="joined")
         try:
@@ -518,7 +519,8 @@ class EtcdMembership:
                     state = "draining" if raw.get("state") == "draining" else "alive"
                     expires = lease_ms if ttl is None else ttl * 1000
                 out.append(MemberInfo(_member_of(node, raw), state, str(raw.get("holder", "")),
-                                      _int(kv.get("create_revision")), expires, lease_ms))
+                                      _int(kv.get("create_revision")), expires, lease_ms,
+                                      config_digest=str(raw.get("config_digest", ""))))
                 continue
             entry = roster[node]
             raw = _load(entry)

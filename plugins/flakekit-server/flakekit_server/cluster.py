@@ -182,7 +182,9 @@ class ClusterHttp:
                          f"{fexc}", _retry_after(1.0))
         self.forwards["ok"] += 1
         status, ctype, body, headers = relayed
-        return status, ctype, body, headers, route
+        if status >= 400:   # a relayed refusal says which node refused (issue 20)
+            body = _name_refuser(body, node, advertise)
+        return status, ctype, body, headers + RELAYED_FROM + node.encode("latin-1") + b"\r\n", route
 
     def _safe_status(self) -> dict[str, Any]:
         try:
@@ -226,3 +228,22 @@ class ClusterHttp:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self.forwarder.close()
+
+
+#: names the owner a relayed answer came from (every relayed answer carries it)
+RELAYED_FROM = b"X-Flakekit-Relayed-From: "
+
+
+def _name_refuser(body: bytes, node: str, advertise: str) -> bytes:
+    """The owner's JSON error with ``node`` (and where it is) in its message and a
+    ``node`` field: a relayed ``404 unknown_key`` otherwise names neither node."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(parsed, dict):
+        return body
+    message = str(parsed.get("message", ""))
+    parsed.setdefault("node", node)
+    parsed["message"] = f"node {node!r} ({advertise}) answered: {message}"
+    return json.dumps(parsed).encode()

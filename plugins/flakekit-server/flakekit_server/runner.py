@@ -143,6 +143,11 @@ def run_worker(
     sys.setswitchinterval(0.001)
     loop, loop_name = new_loop(options.loop)
     asyncio.set_event_loop(loop)
+    # before the join: a SIGTERM at any moment of the start-up ends in the graceful path
+    # below (the node leaves the cluster), never in a kill that leaves its row alive
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     kit = build_kit(config, get_host(), identity=_identity(
         options.port if options.requested_port is None else options.requested_port, process),
         as_member=False)
@@ -163,9 +168,6 @@ def run_worker(
         state = ServerState(options)
         server = loop.run_until_complete(loop.create_server(
             lambda: HttpProtocol(service, state), sock=sock, backlog=2048))
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
         sweep = loop.create_task(sweeper(state))
         publisher = loop.create_task(_publish(service))
         if on_ready is not None:

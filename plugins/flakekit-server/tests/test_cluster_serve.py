@@ -63,6 +63,9 @@ def test_leaf_client_through_any_node(trio):
             seen.append(int(resp.read().decode()))
             assert resp.headers["X-Flakekit-Owner-Epoch"].isdigit()
             assert resp.headers["Content-Type"].startswith("text/plain")
+            # a relayed answer names the node it came from; the owner's own does not
+            assert resp.headers.get("X-Flakekit-Relayed-From") == (
+                None if node is owner else owner.name)
     assert seen == sorted(seen) and len(set(seen)) == 3
     assert metric(other, "flakekit_cluster_forwards_total", result="ok") == before + 1
     # the JSON API too, batches included: the owner makes them

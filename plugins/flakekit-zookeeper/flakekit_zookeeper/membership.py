@@ -125,8 +125,11 @@ class ZkMembership:
             (None: a fifth of the session).
     """
 
-    #: a lapsed member proves its holder stopped: the server expires a session only its
-    #: timeout after the last packet, and the holder's deadline ends before that
+    #: a lapsed member proves its holder stopped: the leader expires a session only its
+    #: timeout after the last packet, timed on its elapsed-time clock (never a wall clock:
+    #: an NTP step moves nothing), rounded *up* to the next tick; the holder's deadline is
+    #: its last contact's send + session - safety. A renewal writes nothing (sync + reads),
+    #: so no late COMMIT can extend a deadline past a view it did not read (issue 20)
     lapse_means_stopped = True
 
     hosts: str
@@ -277,7 +280,8 @@ class ZkMembership:
                 raise ValueError(f"safety_window ({safety / NS:g} s) must be less than half "
                                  f"the ZooKeeper session ({session_ns / NS:g} s)")
             self._ensure(conn, cluster)
-            lease = self._join(conn, cluster, member, token, session_ns, safety)
+            lease = self._join(conn, cluster, member, token, session_ns, safety,
+                               request.config_digest)
         except (BackendError, ValueError):
             raise
         except ZK_ERRORS as exc:   # SessionExpired too: nothing was handed out
@@ -289,10 +293,10 @@ class ZkMembership:
         return lease
 
     def _join(self, conn: ZkConnection, cluster: str, member: Member, token: str,
-              session_ns: int, safety_ns: int) -> MemberLease:
+              session_ns: int, safety_ns: int, digest: str = "") -> MemberLease:
         mpath, rpath = self._member_path(cluster, member.node), self._roster_path(cluster, member.node)
         data = _json(advertise=member.advertise, weight=member.weight, holder=token,
-                     state="alive", session_ms=session_ns // MS)
+                     state="alive", session_ms=session_ns // MS, config_digest=digest)
         roster = _json(advertise=member.advertise, weight=member.weight, holder=token,
                        incarnation=0, state="joined")
         for _ in range(_RACES):
@@ -469,7 +473,8 @@ class ZkMembership:
                 # timeout after the holder's last contact
                 session_ms = int(raw.get("session_ms", 0))
                 out.append(MemberInfo(_member_of(node, raw), state, str(raw.get("holder", "")),
-                                      int(live[1].czxid), session_ms, session_ms))
+                                      int(live[1].czxid), session_ms, session_ms,
+                                      config_digest=str(raw.get("config_digest", ""))))
             elif entry is not None:
                 raw = _load(entry[0])
                 left = raw.get("state") == "left"

@@ -1,0 +1,116 @@
+"""Hand-off windows of cluster mode per membership store, default settings (issue 20).
+
+Two nodes in this process on a fresh PostgreSQL database (segments and key fence), the
+second started 1.7 s after the first; the key is the first one's. ``planned``: drain the
+owner, time until the other node answers the key. ``crash``: right after one of the
+owner's renewals its threads stop and nothing is released (as after ``kill -9``); time
+until the other node answers::
+
+    . /tmp/flakekit-svc/env; export ZK_HOSTS ETCD_ENDPOINTS
+    .venv/bin/python benchmarks/bench_handoff_windows.py planned sql 5
+    .venv/bin/python benchmarks/bench_handoff_windows.py crash sql 5
+    .venv/bin/python benchmarks/bench_handoff_windows.py crash etcd 5
+
+(ZooKeeper's crash needs a real process kill: its client keeps the session alive by
+itself, so it is not simulated here.)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
+
+from flakekit.cluster.membership import Membership
+from flakekit.cluster.node import ClusterNode
+from flakekit.cluster.settings import ClusterSettings
+from flakekit.errors import FlakekitError
+from flakekit.generators.segment import SegmentSettings
+from flakekit.sql import schema
+from flakekit.sql.leaf import SqlSegmentStore
+from flakekit.sql.membership import SqlMembership
+from flakekit.testing.databases import fresh_server_database
+from flakekit.values.clock import MonotonicClock
+from flakekit.values.cluster import Member, View
+from flakekit.values.owners import OwnerMap
+
+NEVER = -(2**63)
+
+
+def membership(store: str, engine: Engine, root: str) -> Membership:
+    if store == "sql":
+        return SqlMembership(engine, MonotonicClock(), create_schema=True)
+    if store == "zk":
+        from flakekit_zookeeper.membership import ZkMembership
+        return ZkMembership(os.environ["ZK_HOSTS"], MonotonicClock(), root=root)
+    from flakekit_etcd.membership import EtcdMembership
+    return EtcdMembership(os.environ["ETCD_ENDPOINTS"], MonotonicClock(), root=root)
+
+
+def first_answer(node: ClusterNode, key: str) -> None:
+    while True:
+        try:
+            node.next_id(key)
+            return
+        except FlakekitError:
+            time.sleep(0.002)
+
+
+def one_run(mode: str, store: str) -> float:
+    root = f"/fk-bench-{uuid.uuid4().hex[:8]}"
+    with fresh_server_database("postgresql") as url:
+        engine = create_engine(url)
+        schema.upgrade_schema(engine, "cluster")
+        fence = SqlSegmentStore(engine)
+        pair = View("c", 1, (Member("a", "http://a:1"), Member("b", "http://b:1")))
+        key = next(f"k{i}" for i in range(100) if OwnerMap(pair).owner(f"k{i}").node == "a")
+        fence.create(key, 1000)
+        nodes = []
+        for name in "ab":
+            node = ClusterNode(ClusterSettings("c", name, f"http://{name}:1", handoff_wait=0),
+                               membership(store, engine, root))
+            node.add_strict(key, fence, SegmentSettings())
+            nodes.append(node.start())
+            time.sleep(1.7)
+        a, b = nodes
+        first_answer(a, key)
+        if mode == "planned":
+            started = time.monotonic()
+            a.drain()
+        else:
+            deadline = a._target.deadline_ns
+            while a._target.deadline_ns == deadline:   # right after a renewal
+                time.sleep(0.001)
+            a._stop.set()
+            a._wake.set()
+            a._keeper.source.renew = _crashed   # type: ignore[method-assign]
+            a._keeper.source.release = lambda *_: None   # type: ignore[method-assign]
+            a._target.deadline_ns = NEVER
+            started = time.monotonic()
+        first_answer(b, key)
+        took = time.monotonic() - started
+        b.close()
+        if mode == "planned":
+            a.close()
+        engine.dispose()
+        return took
+
+
+def _crashed(*_: object) -> None:
+    raise FlakekitError("crashed")
+
+
+def main() -> None:
+    mode, store = sys.argv[1], sys.argv[2]
+    runs = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+    took = [one_run(mode, store) for _ in range(runs)]
+    print(f"{mode} hand-off, {store}: " + ", ".join(f"{t * 1000:.0f} ms" for t in took)
+          + f"; max {max(took) * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
