@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from flakekit.cluster.membership import JoinRequest, MemberLease, Membership
 
@@ -100,7 +99,3 @@ class MemberEvents:
     def lease_lost(self, generator: str, lease: MemberLease, reason: str) -> None:
         log.error("%s: lost its membership: %s", generator, reason)
         self.changed()
-
-    def operation(self, name: str, generator: str, duration_ns: int,
-                  attributes: dict[str, Any], error: str | None = None) -> None:
-        """Membership renewals are not traced (the node's hand-offs are)."""

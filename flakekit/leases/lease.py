@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -111,8 +111,8 @@ class LeaseEvents(Protocol[LT]):
     def lease_acquired(self, generator: str, lease: LT) -> None: ...
     def lease_renewed(self, generator: str, lease: LT) -> None: ...
     def lease_lost(self, generator: str, lease: LT, reason: str) -> None: ...
-    def operation(self, name: str, generator: str, duration_ns: int,
-                  attributes: dict[str, Any], error: str | None = None) -> None: ...
+    # optional: ``operation(name, generator, duration_ns, attributes, error)`` gets each
+    # renewal's round trip (Events: the flakekit_operation hook)
 
 
 # -- worker ids -------------------------------------------------------------------------------
