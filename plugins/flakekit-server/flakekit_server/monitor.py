@@ -228,7 +228,7 @@ function leaseTrouble(g) {
   const w = g.worker_id === null || g.worker_id === undefined ? "-" : g.worker_id;
   const left = g.lease_remaining_s;
   if (g.lost) {
-    return ["LOST \\u00b7 worker " + w + " \\u00b7 no IDs issued",
+    return ["LOST \\u00b7 worker " + w,
             "This generator issues no IDs: another process took worker " + w + ". Check who " +
             "holds it (flakekit workers list), then restart this server: it leases a free worker id."];
   }
