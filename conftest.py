@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import pytest
 
+#: the fixtures of flakekit.testing (pg_url, db_url, manual_clock, ...) for tests/ and the
+#: plugins' tests: opt-in, as for any plugin author (no pytest11 entry point, docs/plugins.md)
+pytest_plugins = ["flakekit.testing.pytest_plugin"]
+
 #: fixtures (direct or through other fixtures) that talk to a real server or start one
 SERVICE_FIXTURES = frozenset({
     "pg_url", "mariadb_url", "tcp_proxy",                      # the flakekit pytest plugin

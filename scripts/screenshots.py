@@ -2,8 +2,11 @@
 
 Starts a real ``flakekit serve`` on a SQLite file with four segment keys, puts a varying
 load on it for a while (so the sparklines have a shape), then screenshots the monitor page
-with headless Chromium at desktop (1280x900) and phone (390x844) sizes, and renders
-``flakekit layout show snowflake`` to a PNG (as a page in the same browser).
+with headless Chromium at desktop (1280x900) and phone (390x844) sizes; then takes the
+lease of generator ``users`` from under it (as another process would) and, once ``/ready``
+says 503, screenshots the page again (``monitor-lost-lease.png``: the red lease bar and
+what to do). It also renders ``flakekit layout show snowflake`` to a PNG (as a page in the
+same browser).
 
     .venv/bin/python scripts/screenshots.py [--seconds 75]
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import math
 import shutil
 import subprocess
@@ -21,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -35,9 +40,9 @@ url = "sqlite:///{db}"
 strategy = "snowflake"
 allocator = {{ type = "sql", backend = "main" }}
 
-[generators.users]
+[generators.users]   # a short heartbeat: its stolen lease is noticed within a second
 strategy = "snowflake"
-allocator = {{ type = "sql", backend = "main" }}
+allocator = {{ type = "sql", backend = "main", heartbeat = "300ms", reclaim_after = ["3s"], safety_window = "1s" }}
 
 """ + "".join(f"""
 [generators.{key}s]
@@ -58,9 +63,33 @@ def chromium(profile: Path, *args: str) -> None:
                    check=True, capture_output=True, timeout=120)
 
 
-def get(url: str) -> None:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        r.read()
+def get(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.read()
+    except urllib.error.HTTPError as err:   # /ready answers 503 when not ready
+        return err.read()
+
+
+def steal_lease(base: str, db: Path, generator: str) -> None:
+    """Take ``generator``'s worker row as another process would, and wait for /ready to
+    say so (its next renewal finds the row taken: the lease is lost)."""
+    import sqlite3
+
+    status = json.loads(get(f"{base}/api/v1/status"))
+    worker = next(g["worker_id"] for g in status["processes"][0]["generators"]
+                  if g["name"] == generator)
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT service FROM system_nodes WHERE machine_id = ?",
+                            (worker,)).fetchall()
+        services = [r[0] for r in rows if generator in r[0]] or [r[0] for r in rows]
+        conn.execute("UPDATE system_nodes SET version = version + 1, holder = 'thief' "
+                     "WHERE machine_id = ? AND service = ?", (worker, services[0]))
+    deadline = time.monotonic() + 30
+    while json.loads(get(f"{base}/ready"))["ready"]:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the stolen lease of {generator!r} was not noticed in 30 s")
+        time.sleep(0.2)
 
 
 def load(base: str, stop: threading.Event) -> None:
@@ -109,6 +138,10 @@ def monitor(seconds: float, tmp: Path) -> None:
             chromium(tmp / "profile", f"--screenshot={IMAGES / name}", f"--window-size={size}",
                      base + "/")
             print("wrote", IMAGES / name)
+        steal_lease(base, db, "users")
+        shot = IMAGES / "monitor-lost-lease.png"
+        chromium(tmp / "profile", f"--screenshot={shot}", "--window-size=1280,900", base + "/")
+        print("wrote", shot)
     finally:
         proc.terminate()
         proc.wait(30)

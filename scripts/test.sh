@@ -70,8 +70,9 @@ fi
 
 # -- services, once ----------------------------------------------------------------------
 bash scripts/services.sh
-for setup in plugins/*/scripts/install-*.sh; do
-  [ -f "$setup" ] && bash "$setup"     # e.g. Debian's chromium for the monitor-page test
+for setup in scripts/install-*.sh plugins/*/scripts/install-*.sh; do
+  # e.g. Debian's chromium for the monitor-page test, systemd-analyze for tests/test_deploy.py
+  [ -f "$setup" ] && bash "$setup"
 done
 if [ -f scripts/zookeeper.sh ]; then
   trap 'bash scripts/zookeeper.sh stop >/dev/null 2>&1 || true' EXIT

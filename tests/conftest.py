@@ -1,6 +1,7 @@
 """Fixtures of flakekit's own tests. The shared ones (manual_clock, event_recorder,
 tcp_proxy, pg_url, mariadb_url, sqlite_url, db_url) come from the ``flakekit`` pytest
-plugin (flakekit/testing/pytest_plugin.py, entry point ``pytest11``): not defined here."""
+plugin (flakekit/testing/pytest_plugin.py, loaded by ``pytest_plugins`` in the root
+conftest.py: it is opt-in): not defined here."""
 
 from __future__ import annotations
 

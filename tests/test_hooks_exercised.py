@@ -109,6 +109,46 @@ def test_registered_segment_store_serves_ranges(sqlite_url):
         assert list(kit["invoices"].next_ids(3)) == [2, 3, 4]
 
 
+# -- flakekit_operation -------------------------------------------------------------------------
+class OperationRecorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int, dict, str | None]] = []
+
+    @hookimpl
+    def flakekit_operation(self, operation, generator, duration_ns, attributes, error):
+        self.calls.append((operation, generator, duration_ns, attributes, error))
+
+
+def test_operation_hook_gets_segment_fetches_and_lease_renewals(sqlite_url):
+    """Each segment fetch and lease renewal reaches ``flakekit_operation`` with its
+    duration and what it was about; a lost renewal with the reason."""
+    SqlSegmentStore(create_engine(sqlite_url)).create("invoice", 10)
+    recorder = OperationRecorder()
+    config = parse_config({
+        "backends": {"main": {"url": sqlite_url}},
+        "generators": {
+            "invoices": {"strategy": "segment", "key": "invoice", "store": {"backend": "main"}},
+            "orders": {"strategy": "snowflake",
+                       "allocator": {"type": "sql", "backend": "main", "heartbeat": "30m"}},
+        },
+    })
+    with build_kit(config, _host(recorder)) as kit:
+        assert list(kit["invoices"].next_ids(3)) == [1, 2, 3]
+        assert kit["orders"].keeper.renew_once()
+        engine = create_engine(sqlite_url)
+        with engine.begin() as conn:   # the row taken by another holder: the next renewal loses
+            conn.exec_driver_sql("UPDATE system_nodes SET version = version + 1, holder = 'x'")
+        engine.dispose()
+        assert not kit["orders"].keeper.renew_once()
+    fetch = next(c for c in recorder.calls if c[0] == "segment.fetch")
+    assert fetch[1] == "invoices" and fetch[3]["key"] == "invoice" and fetch[3]["max_id"] == 11
+    assert fetch[2] > 0 and fetch[4] is None
+    renewals = [c for c in recorder.calls if c[0] == "lease.renew"]
+    assert [r[4] is None for r in renewals] == [True, False]
+    assert renewals[0][1] == "orders" and "worker 0" in renewals[0][3]["subject"]
+    assert "no longer ours" in renewals[1][4]
+
+
 # -- flakekit_register_memberships -------------------------------------------------------------
 @attrs.frozen
 class CopySettings:

@@ -153,6 +153,10 @@ def test_every_distribution_builds_a_clean_wheel(tmp_path):
         assert top == {package, dist_info}, (dist, top)
         with zipfile.ZipFile(out / name) as zf:
             assert f"{dist_info}/licenses/LICENSE" in zf.namelist()
+            # flakekit's fixtures are opt-in: no wheel registers a pytest plugin
+            entry_points = (zf.read(f"{dist_info}/entry_points.txt").decode()
+                            if f"{dist_info}/entry_points.txt" in zf.namelist() else "")
+            assert "[pytest11]" not in entry_points, dist
             assert not [n for n in zf.namelist() if "__pycache__" in n or n.endswith(".pyc")]
 
 

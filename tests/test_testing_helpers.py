@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
+import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -28,6 +32,8 @@ from flakekit.testing import (
 from flakekit.testing import pytest_plugin as plugin
 
 ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_FIXTURES = {"manual_clock", "event_recorder", "tcp_proxy", "closing", "pg_url",
+                   "mariadb_url", "sqlite_url", "db_url"}
 
 
 class TestThreads:
@@ -174,10 +180,28 @@ class TestContractsCatchBrokenImplementations:
 
 # -- the pytest plugin ------------------------------------------------------------------------
 class TestPytestPlugin:
-    def test_registered_as_pytest11(self):
-        """The core distribution names the plugin module in the pytest11 group."""
+    def test_not_registered_as_pytest11(self):
+        """No distribution here names the plugin module in the pytest11 group: an
+        application that installs flakekit gets no fixtures (they are opt-in)."""
         eps = importlib.metadata.entry_points(group="pytest11")
-        assert any(ep.value == "flakekit.testing.pytest_plugin" for ep in eps)
+        assert not [ep for ep in eps if ep.value.startswith("flakekit")]
+
+    def test_an_application_gets_the_fixtures_only_when_it_opts_in(self, tmp_path):
+        """An application's pytest run, in an interpreter with flakekit (and its plugins)
+        installed, lists none of the plugin's fixtures; ``-p flakekit.testing.pytest_plugin``
+        adds them. (The wheels carry no pytest11 entry point: tests/test_packaging.py.)"""
+        (tmp_path / "test_app.py").write_text("def test_app():\n    pass\n", encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+
+        def listed(*opts: str) -> set[str]:
+            run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                                  "--fixtures", *opts], cwd=tmp_path, env=env,
+                                 capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0, run.stdout + run.stderr
+            return {n for n in PLUGIN_FIXTURES if re.search(rf"^{n}\b", run.stdout, re.M)}
+
+        assert listed() == set()
+        assert listed("-p", "flakekit.testing.pytest_plugin") == PLUGIN_FIXTURES
 
     def test_no_conftest_defines_the_plugin_fixtures_again(self):
         """tests/ and the plugins' conftests leave the plugin's fixtures to it."""

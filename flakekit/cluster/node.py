@@ -732,6 +732,7 @@ class ClusterNode:
                 gen.close(timeout=1.0)
                 gen = None
         done = self.clock.monotonic_ns()
+        handoff_ns: int | None = None
         with self._lock:
             if ok:
                 st.slot = Slot(claim, gen)
@@ -743,6 +744,7 @@ class ClusterNode:
                     self._counts["handoffs"] += 1
                     began = max(st.since_ns, st.wanted_since_ns or st.since_ns)
                     self._handoff_ms.append(max(0, done - began) / 1e6)
+                    handoff_ns = max(0, done - began)
                     log.info("%s: serving strict key %r (claim epoch %d%s)", self._who,
                              st.key, claim.epoch, ", after waiting out the old owner" if waited else "")
                 else:   # the view moved on meanwhile, or the claim is useless: undo it
@@ -753,6 +755,10 @@ class ClusterNode:
                 if not waited and st.owner_since is not None:
                     # try exactly when the old owner must have stopped, not later
                     st.next_try_ns = min(st.next_try_ns, st.since_ns + self._wait_ns())
+        if handoff_ns is not None:   # outside the lock: a plugin's hook may take its time
+            self.events.operation("cluster.handoff", st.key, handoff_ns, {
+                "key": st.key, "node": self.member.node, "claim_epoch": claim.epoch,
+                "waited": waited}, None)
 
     def _release(self, st: StrictKey, slot: Slot | None) -> None:
         ok = True

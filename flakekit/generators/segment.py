@@ -657,8 +657,14 @@ class SegmentGenerator(StringIds):
         sent = self.clock.monotonic_ns()
         try:
             alloc = self._store_fetch(fetch_step)
+        except Exception as exc:
+            self.events.operation("segment.fetch", self.name, time.perf_counter_ns() - t0,
+                                  {"key": self.key, "step": fetch_step}, str(exc))
+            raise
         finally:
             elapsed = time.perf_counter_ns() - t0
+        self.events.operation("segment.fetch", self.name, elapsed,
+                              {"key": self.key, "step": alloc.step, "max_id": alloc.max_id}, None)
         self._latency_ns = max(0, self.clock.monotonic_ns() - sent)
         self._fetched_at = sent   # a TTL counts from before the round trip
         self._last_distance = distance

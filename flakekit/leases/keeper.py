@@ -217,19 +217,23 @@ class LeaseKeeper(Generic[L]):
         lease, target = self.lease, self._target
         if lease is None or target is None or self.lost is not None:
             return False
+        started = self.clock.monotonic_ns()
         try:
             new = self.source.renew(lease, target.issued_until_ns())
         except LeaseLostError as exc:
+            self._traced(lease, started, str(exc))
             if self.lease is lease:  # a stale renewal must not revoke a newer lease
                 self._lose(lease, str(exc))
             return False
         except Exception as exc:
+            self._traced(lease, started, str(exc))
             self.renew_failures += 1
             log.warning(
                 "%s: renewing %s failed (%s); IDs flow until the lease deadline, "
                 "%.1f s from now", self.name, lease.subject, exc, self.remaining_s() or 0.0,
             )
             return False
+        self._traced(lease, started, None)
         if new is lease:   # nothing new to push (e.g. leaf: no report since the last one)
             return True
         with self._losing:  # a loss (or re-acquire) while the call was in flight wins
@@ -240,6 +244,14 @@ class LeaseKeeper(Generic[L]):
             target.extend(new.deadline_ns, new.stamp_until_ns)
         self.events.lease_renewed(self.name, new)
         return True
+
+    def _traced(self, lease: L, started_ns: int, error: str | None) -> None:
+        """The renewal's round trip, for tracing (``flakekit_operation``), where the
+        events take it (:class:`Events` does; a membership's or a test's need not)."""
+        operation = getattr(self.events, "operation", None)
+        if operation is not None:
+            operation("lease.renew", self.name, self.clock.monotonic_ns() - started_ns,
+                      {"subject": str(lease.subject)}, error)
 
     def _watch(self, callback: Callable[[str, str], None] | None) -> None:
         """Let a source that learns of a loss on its own (a ZooKeeper session watcher)

@@ -126,6 +126,20 @@ def flakekit_lease_renewed(generator: str, lease: WorkerLease) -> None:
 
 
 @hookspec
+def flakekit_operation(operation: str, generator: str, duration_ns: int,
+                       attributes: dict[str, Any], error: str | None) -> None:
+    """A timed round trip finished: ``segment.fetch``, ``lease.renew``, ``cluster.handoff``
+    (for tracing, e.g. OpenTelemetry spans); called on the thread that made it.
+
+    :param operation: which one.
+    :param generator: the generator (or strict key) it was for.
+    :param duration_ns: how long it took.
+    :param attributes: what it was about (key, step, worker id, epoch, ...).
+    :param error: why it failed, in one line; ``None`` when it succeeded.
+    """
+
+
+@hookspec
 def flakekit_lease_lost(generator: str, lease: WorkerLease, reason: str) -> None:
     """A worker lease is gone for good; the generator has already stopped issuing IDs.
 

@@ -1,8 +1,8 @@
 """Helpers for tests, for flakekit's own and for plugin authors (one module per concept).
 
 The contract suites (``AllocatorContract``, ``SegmentStoreContract``) and the fixtures of
-the pytest plugin (``flakekit.testing.pytest_plugin``, loaded through the ``pytest11``
-entry point) need pytest; the rest does not.
+the pytest plugin (``flakekit.testing.pytest_plugin``, opt-in: ``-p
+flakekit.testing.pytest_plugin``, no ``pytest11`` entry point) need pytest; the rest does not.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""The ``flakekit`` pytest plugin (entry point ``pytest11``): fixtures for plugin authors.
+"""The ``flakekit`` pytest plugin: fixtures for plugin authors, opt-in.
+
+Not registered through a ``pytest11`` entry point (an application that installs flakekit
+must not get fixtures such as ``db_url`` in its own test run): load it with
+``pytest -p flakekit.testing.pytest_plugin``, ``addopts = "-p flakekit.testing.pytest_plugin"``
+in ``[tool.pytest.ini_options]`` (the ``plugin new`` template does), or
+``pytest_plugins = ["flakekit.testing.pytest_plugin"]`` in the root ``conftest.py``.
 
 Fixtures: ``manual_clock``, ``event_recorder``, ``tcp_proxy``, ``closing``, ``pg_url``,
 ``mariadb_url``, ``sqlite_url`` and ``db_url`` (the same test on all three). The servers

@@ -41,6 +41,12 @@ class Events:
     def lease_renewed(self, generator: str, lease: WorkerLease) -> None:
         self._call("flakekit_lease_renewed", generator=generator, lease=lease)
 
+    def operation(self, name: str, generator: str, duration_ns: int,
+                  attributes: dict[str, Any], error: str | None = None) -> None:
+        """A timed round trip (a segment fetch, a lease renewal, a hand-off) finished."""
+        self._call("flakekit_operation", operation=name, generator=generator,
+                   duration_ns=duration_ns, attributes=attributes, error=error)
+
     def lease_lost(self, generator: str, lease: WorkerLease, reason: str) -> None:
         log.error("%s: lost worker %d: %s", generator, lease.worker_id, reason)
         self._call("flakekit_lease_lost", generator=generator, lease=lease, reason=reason)

@@ -409,6 +409,10 @@ class IdService:
             for prefix, handler, name in self._leaf_prefixes:
                 if path.startswith(prefix):
                     route = name
+                    if method == b"HEAD":   # RFC 9110 9.3.2: a HEAD must not spend an ID
+                        raise HttpError(405, "method_not_allowed", "HEAD would spend an ID on "
+                                        "this URL: use GET (or POST, as Leaf's clients may)",
+                                        b"Allow: GET, POST\r\n")
                     rest = path[len(prefix):]
                     return handler(self, rest[:-1] if slash and rest[1:].endswith("/") else rest,
                                    query, authorization, ctx)

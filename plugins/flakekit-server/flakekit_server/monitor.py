@@ -4,13 +4,24 @@ their restarts, in cluster mode the members, the owner of each strict key and th
 in progress), then the numbers as Leaf's ``/cache`` shows them, and the segment table
 (``/db``). One HTML document: inline CSS, JavaScript and SVG, no external assets. It
 reads ``/api/v1/status`` every two seconds; every value is inserted as text (keys come
-from the database), never as markup."""
+from the database), never as markup.
+
+Honest first: a lost or expired lease is a red bar with what to do (never a green bar
+counting down the deadline of a lease that is gone), a process that is not ready says so
+on its own chip, and the page's title says "NOT READY". HTTP requests per endpoint (rate,
+p50/p99 latency estimated from the server's histograms, as Prometheus'
+``histogram_quantile`` does) cover the last minute the page has watched, or the time since
+the server started until the page has watched 10 s."""
 
 from __future__ import annotations
 
+import json
+
+from flakekit_server.metrics import LATENCY_BUCKETS_S
+
 __all__ = ["PAGE"]
 
-PAGE = b"""<!doctype html>
+_PAGE = b"""<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -39,6 +50,10 @@ PAGE = b"""<!doctype html>
   .bar { position: relative; height: 1.25em; background: #e7e9ec; border-radius: 4px; overflow: hidden; }
   .fill { position: absolute; inset: 0 auto 0 0; background: #9cc8ee; border-radius: 4px 0 0 4px; }
   .fill.lease { background: #9fd49f; } .fill.low { background: #f2c46d; } .fill.gone { background: #ef9a9a; }
+  .card.bad { border-color: #b22; box-shadow: 0 0 0 1px #b22 inset; }
+  .bar.gone-bar .label { color: #7a1010; font-weight: 600; }
+  .todo { margin-top: .4em; padding: .35em .5em; background: #fdecec; border-radius: 4px; color: #7a1010;
+          font-size: .85em; }
   .bar .label { position: absolute; inset: 0; padding: 0 .4em; font-size: .8em; line-height: 1.55em;
                 white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
   .bar.pending { background: repeating-linear-gradient(135deg, #eceef1 0 6px, #e2e5e9 6px 12px); }
@@ -49,6 +64,7 @@ PAGE = b"""<!doctype html>
   .procs { display: flex; flex-wrap: wrap; gap: .5em; }
   .proc { background: #fff; border: 1px solid #d8dce1; border-radius: 8px; padding: .4em .7em; }
   .proc .dot { display: inline-block; width: .7em; height: .7em; border-radius: 50%; margin-right: .3em; }
+  .proc.not-ready { border-color: #b22; }
   .scroll { overflow-x: auto; max-width: 100%; }
   table { border-collapse: collapse; background: #fff; font-size: .9em; }
   th, td { border: 1px solid #d8dce1; padding: .2em .55em; text-align: right; white-space: nowrap; }
@@ -70,6 +86,11 @@ PAGE = b"""<!doctype html>
 
 <h2>Processes</h2>
 <div id="processes" class="procs"></div>
+
+<h2>HTTP <span id="http-window" class="muted small"></span></h2>
+<div class="scroll"><table id="http"><thead><tr><th class="l">endpoint</th><th>requests/s</th>
+  <th>requests</th><th>errors (5xx)</th><th>p50</th><th>p99</th><th>mean</th>
+</tr></thead><tbody></tbody></table></div>
 
 <section id="cluster-panel" hidden>
 <h2>Cluster <span id="cluster-summary" class="muted small"></span></h2>
@@ -116,6 +137,112 @@ metrics: <a href="/metrics">/metrics</a>, readiness: <a href="/ready">/ready</a>
 "use strict";
 const SVG = "http://www.w3.org/2000/svg";
 const leaseFull = {};   // the longest lease time seen per generator: the bar's full length
+const BOUNDS = __LATENCY_BOUNDS_S__;   // the server's request latency histogram bounds, s
+const WINDOW_S = 60;                   // HTTP rate and latency: over the last minute seen,
+const MIN_WINDOW_S = 10;               // once the page has watched that long (else since start)
+const httpSeen = [];                   // [{t, routes}] the status answers of that minute
+function dur(s) {
+  // a duration as a person reads it: 850 ms, 12.3 s, 4 min 05 s, 3 h 12 min, 2 d 4 h
+  s = Math.abs(s);
+  if (s < 1) return Math.round(s * 1000) + " ms";
+  if (s < 60) return s.toFixed(1) + " s";
+  const pad = n => String(Math.floor(n)).padStart(2, "0");
+  if (s < 3600) return Math.floor(s / 60) + " min " + pad(s % 60) + " s";
+  if (s < 86400) return Math.floor(s / 3600) + " h " + pad(s % 3600 / 60) + " min";
+  return Math.floor(s / 86400) + " d " + Math.floor(s % 86400 / 3600) + " h";
+}
+function latency(q) {
+  if (q === null) return "-";
+  if (q.over !== undefined) return "> " + dur(q.over);
+  const s = q.s;
+  if (s < 0.001) return Math.round(s * 1e6) + " \\u00b5s";
+  if (s < 1) return (s * 1000).toFixed(s < 0.01 ? 2 : 1) + " ms";
+  return s.toFixed(2) + " s";
+}
+function quantile(q, h) {
+  // h: bucket counts (one per bound, then +Inf), sum_ns, count; linear inside a bucket
+  const counts = h.slice(0, -2), total = counts.reduce((a, b) => a + b, 0);
+  if (!total) return null;
+  const rank = q * total;
+  let seen = 0;
+  for (let i = 0; i < counts.length; i++) {
+    if (counts[i] > 0 && seen + counts[i] >= rank) {
+      if (i >= BOUNDS.length) return {over: BOUNDS[BOUNDS.length - 1]};
+      const lo = i ? BOUNDS[i - 1] : 0, hi = BOUNDS[i];
+      return {s: lo + (hi - lo) * ((rank - seen) / counts[i])};
+    }
+    seen += counts[i];
+  }
+  return null;
+}
+function httpTotals(procs) {
+  // every process's requests and latency histograms, summed per endpoint (route)
+  const out = {};
+  const entry = r => out[r] = out[r] || {n: 0, errors: 0, h: null};
+  for (const p of procs) {
+    const http = p.http || {};
+    for (const [route, status, n] of (http.requests || [])) {
+      const e = entry(route); e.n += n; if (status >= 500) e.errors += n;
+    }
+    for (const [route, h] of Object.entries(http.latency || {})) {
+      const e = entry(route); e.h = e.h ? e.h.map((v, i) => v + h[i]) : h.slice();
+    }
+  }
+  return out;
+}
+function renderHttp(s, uptime) {
+  const now = s.server.time, routes = httpTotals(s.processes);
+  httpSeen.push({t: now, routes: routes});
+  while (httpSeen.length > 2 && now - httpSeen[1].t >= WINDOW_S) httpSeen.shift();
+  let base = now - httpSeen[0].t >= MIN_WINDOW_S ? httpSeen[0] : null;
+  // a restarted process starts its counters again: then since start, not a negative rate
+  if (base && Object.entries(base.routes).some(([r, b]) => !routes[r] || routes[r].n < b.n)) base = null;
+  const span = base ? now - base.t : uptime;
+  document.getElementById("http-window").textContent = base
+    ? "(last " + dur(span) + ")" : "(since start, " + dur(span) + ")";
+  const body = document.querySelector("#http tbody");
+  body.replaceChildren();
+  const rows = Object.entries(routes).map(([route, e]) => {
+    const b = base && base.routes[route];
+    const n = e.n - (b ? b.n : 0), errors = e.errors - (b ? b.errors : 0);
+    const h = e.h && b && b.h ? e.h.map((v, i) => v - b.h[i]) : e.h;
+    return {route, n, errors, h};
+  }).sort((a, b) => b.n - a.n || (a.route < b.route ? -1 : 1));
+  for (const r of rows) {
+    const tr = el("tr", "http-route");
+    cell(tr, r.route, "l route");
+    cell(tr, span > 0 ? (r.n / span).toFixed(r.n / span < 10 ? 2 : 0) : "-", "rate");
+    cell(tr, fmt(r.n), "count");
+    cell(tr, fmt(r.errors), r.errors ? "no" : "");
+    if (!r.n) r.h = null;   // none in the window: no latency to show
+    cell(tr, r.h ? latency(quantile(0.5, r.h)) : "-", "p50");
+    cell(tr, r.h ? latency(quantile(0.99, r.h)) : "-", "p99");
+    const count = r.h ? r.h[r.h.length - 1] : 0;
+    cell(tr, count ? latency({s: r.h[r.h.length - 2] / count / 1e9}) : "-", "mean");
+    body.appendChild(tr);
+  }
+  if (!body.children.length) { const tr = el("tr"); cell(tr, "(no requests yet)", "l muted"); body.appendChild(tr); }
+}
+function leaseTrouble(g) {
+  // a lease that is lost, lapsed or missing: [the bar's label, what the operator does]
+  const w = g.worker_id === null || g.worker_id === undefined ? "-" : g.worker_id;
+  const left = g.lease_remaining_s;
+  if (g.lost) {
+    return ["LOST \\u00b7 worker " + w,
+            "This generator issues no IDs: another process took worker " + w + ". Check who " +
+            "holds it (flakekit workers list), then restart this server: it leases a free worker id."];
+  }
+  if (left !== null && left !== undefined && left <= 0) {
+    return ["EXPIRED " + dur(-left) + " ago \\u00b7 worker " + w + " \\u00b7 " + g.renew_failures + " renewals failed",
+            "No IDs until a renewal succeeds: check that this host reaches the lease backend " +
+            "(database, ZooKeeper or etcd); IDs resume by themselves when it answers."];
+  }
+  if (g.worker_id === null || g.worker_id === undefined) {
+    return ["NO LEASE",
+            "No worker id could be leased (all taken, or the backend is down): see the problems above."];
+  }
+  return [g.problem || "not ready", "See the problems above."];
+}
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -184,21 +311,28 @@ function generatorCard(proc, g) {
   card.appendChild(sparkline(rates));
   card.appendChild(el("div", "muted small rate", rateText(rates)));
   const left = g.lease_remaining_s;
-  let b;
-  if (left === null || left === undefined) {
+  let b, todo = null;
+  if (!g.ready) {
+    // never a green bar for a lease that is gone, whatever its old deadline says
+    const [label, what] = leaseTrouble(g);
+    b = bar(1, label, "gone", "gone-bar");
+    todo = what;
+    card.classList.add("bad");
+  } else if (left === null || left === undefined) {
     b = bar(1, g.worker_id === null ? "no lease" : "never expires", "lease");
   } else {
     const key = proc.process + "/" + g.name;
     leaseFull[key] = Math.max(leaseFull[key] || 0, left);
     const frac = leaseFull[key] > 0 ? left / leaseFull[key] : 0;
-    b = bar(frac, left.toFixed(1) + " s left \\u00b7 " + g.renewals + " renewals" +
+    b = bar(frac, dur(left) + " left \\u00b7 " + g.renewals + " renewals" +
             (g.renew_failures ? ", " + g.renew_failures + " failed" : ""),
             left <= 0 ? "gone" : (frac < 0.34 ? "low" : "lease"));
   }
   b.classList.add("lease-bar");
   card.appendChild(row("lease", b));
   card.appendChild(row("issued", el("span", "issued", fmt(g.issued))));
-  if (!g.ready) card.appendChild(el("div", "no small", g.problem));
+  if (!g.ready) card.appendChild(el("div", "no small problem", g.problem));
+  if (todo) card.appendChild(el("div", "todo", "What to do: " + todo));
   return card;
 }
 function bufferBar(b) {
@@ -229,16 +363,20 @@ function segmentCard(proc, g, k) {
   if (k.last_error) card.appendChild(el("div", "no small", k.last_error));
   return card;
 }
-function renderProcesses(sup) {
+function renderProcesses(sup, snaps) {
   const box = document.getElementById("processes");
   box.replaceChildren();
   for (const p of sup.processes) {
-    const d = el("div", "proc " + (p.running ? "running" : "stopped"));
-    const dot = el("span", "dot " + (p.running ? "ok" : "bad"));
+    const snap = snaps.find(x => x.process === p.process);
+    const ready = p.running && snap && snap.ready;
+    const d = el("div", "proc " + (p.running ? "running" : "stopped") + (ready ? " ready" : " not-ready"));
+    const dot = el("span", "dot " + (ready ? "ok" : "bad"));
     d.appendChild(dot);
     d.appendChild(el("b", "", "process " + p.process));
-    d.appendChild(el("span", "muted", " pid " + (p.pid === null || p.pid === undefined ? "-" : p.pid) +
-                     " \\u00b7 " + p.restarts + " restart" + (p.restarts === 1 ? "" : "s")));
+    d.appendChild(el("span", ready ? "muted" : "no", " " + (ready ? "ready" : p.running ? "not ready" : "not running")));
+    d.appendChild(el("span", "muted", " \\u00b7 pid " + (p.pid === null || p.pid === undefined ? "-" : p.pid) +
+                     " \\u00b7 " + p.restarts + " restart" + (p.restarts === 1 ? "" : "s") +
+                     (snap && snap.started ? " \\u00b7 up " + dur(snap.time - snap.started) : "")));
     if (p.last_error) d.appendChild(el("div", "no small", p.last_error));
     box.appendChild(d);
   }
@@ -290,16 +428,20 @@ function render(s) {
   const ready = document.getElementById("ready");
   ready.textContent = s.ready ? "ready" : "not ready";
   ready.className = "badge " + (s.ready ? "ok" : "bad");
+  document.title = (s.ready ? "" : "NOT READY \\u00b7 ") + "flakekit server";
   const srv = s.server;
+  const starts = s.processes.map(p => p.started).filter(t => typeof t === "number");
+  const uptime = starts.length ? srv.time - Math.min(...starts) : 0;
   document.getElementById("summary").textContent =
-    "version " + srv.version + " \\u00b7 " + s.supervision.running + " of " + s.supervision.expected +
+    "version " + srv.version + " \\u00b7 up " + dur(uptime) + " \\u00b7 " + s.supervision.running + " of " + s.supervision.expected +
     " process(es) running, " + s.supervision.restarts + " restart(s) \\u00b7 " + srv.stack +
     " \\u00b7 " + srv.host + ":" + srv.port + " \\u00b7 config " + (srv.config || "(embedded default)") +
     " \\u00b7 updated " + new Date(srv.time * 1000).toLocaleTimeString();
   const problems = document.getElementById("problems");
   problems.replaceChildren();
   for (const p of s.problems) problems.appendChild(el("li", "", p));
-  renderProcesses(s.supervision);
+  renderProcesses(s.supervision, s.processes);
+  renderHttp(s, uptime);
   renderCluster(s.processes);
   const gcards = document.getElementById("generator-cards");
   const scards = document.getElementById("segment-cards");
@@ -313,7 +455,7 @@ function render(s) {
         const tr = el("tr", "generator");
         cell(tr, g.name, "l name"); cell(tr, proc.process); cell(tr, g.layout, "l");
         cell(tr, g.worker_id, "worker"); cell(tr, g.epoch);
-        cell(tr, g.lease_remaining_s === null || g.lease_remaining_s === undefined ? "never expires" : g.lease_remaining_s.toFixed(1));
+        cell(tr, g.lost ? "lost" : g.lease_remaining_s === null || g.lease_remaining_s === undefined ? "never expires" : g.lease_remaining_s.toFixed(1));
         cell(tr, g.renewals); cell(tr, g.renew_failures); cell(tr, g.issued, "issued");
         cell(tr, g.ready ? "ok" : g.problem, "l " + (g.ready ? "yes" : "no"));
         leases.appendChild(tr);
@@ -377,3 +519,5 @@ setInterval(refreshDb, 10000);
 </body>
 </html>
 """
+#: the page, with the server's latency histogram bounds (seconds) for the p50/p99 estimates
+PAGE = _PAGE.replace(b"__LATENCY_BOUNDS_S__", json.dumps(list(LATENCY_BUCKETS_S)).encode())

@@ -161,6 +161,12 @@ def run_worker(
             node.start()
         service = IdService(kit, options, process=process, run_dir=run_dir,
                             stack=f"httptools + {loop_name}", cluster=node)
+        from flakekit_server import otel_available
+
+        if otel_available():   # the /metrics numbers as OpenTelemetry instruments too
+            from flakekit_server.otel import export_metrics
+
+            export_metrics(service.snapshot)
         # everything built so far lives as long as the process: keep it out of the
         # collector's full passes, which otherwise show up as request tail latency
         gc.collect()

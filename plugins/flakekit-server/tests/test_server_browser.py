@@ -58,6 +58,15 @@ class TestMonitorPage:
         assert inv[5:9] == ["8", "1001", "1000", "yes"]
         assert inv[12] in ("yes", "no")
         assert segs["payment"][5:9] == ["1", "51", "50", "yes"]
+        # HTTP per endpoint: the requests above, with a rate and p50/p99 latency
+        http = {row[0]: row for row in cells(dom, "http")}
+        route, rate, count, errors, p50, p99, mean = http["leaf_segment"]
+        assert (count, errors) == ("7", "0") and float(rate) > 0
+        for shown in (p50, p99, mean):
+            assert re.fullmatch(r"(> )?[\d.]+ (\u00b5s|ms|s)", shown), http["leaf_segment"]
+        assert http["next"][2] == "1"
+        assert re.search(r"\bup [\d.]+ (ms|s|min)", dom), "no uptime in the summary"
+        assert 'class="bar lease-bar"' in dom and 'class="bar gone-bar lease-bar"' not in dom
 
         ARTIFACTS.mkdir(exist_ok=True)
         shot = ARTIFACTS / "monitor-page.png"
@@ -81,5 +90,17 @@ class TestMonitorPage:
         while server.get("/ready")[0] != 503 and time.monotonic() < deadline:
             time.sleep(0.1)
         result = chromium(tmp_path, "--dump-dom", f"http://127.0.0.1:{server.port}/")
-        assert 'class="badge bad">not ready<' in result.stdout
-        assert "lease lost" in result.stdout
+        dom = result.stdout
+        assert 'class="badge bad">not ready<' in dom
+        assert "<title>NOT READY" in dom
+        assert "lease lost" in dom
+        # the lease bar is red and says LOST (not the old deadline counting down), with
+        # what to do; the process's chip says not ready
+        card = dom.split('class="card generator-card bad"', 1)[1].split('class="card', 1)[0]
+        assert 'class="fill gone"' in card and ">LOST \u00b7 worker 0" in card
+        assert " s left" not in card and " min " not in card.split("What to do")[0]
+        assert "What to do: This generator issues no IDs" in card
+        assert "flakekit workers list" in card
+        assert cells(dom, "leases")[0][5] == "lost"
+        chip = dom.split('class="proc running not-ready"', 1)[1].split("</div>", 1)[0]
+        assert ">process 0<" in chip and "not ready" in chip

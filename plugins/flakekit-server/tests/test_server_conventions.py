@@ -38,6 +38,21 @@ class TestHead:
         status, headers, _ = server.get("/health", method="POST")
         assert status == 405 and headers["allow"] == "GET, HEAD"
 
+    @pytest.mark.parametrize("path", ["/api/segment/get/invoice", "/api/segment/get/invoice/",
+                                      "/api/snowflake/get/orders"])
+    def test_head_on_a_leaf_id_url_is_405_and_draws_nothing(self, server, path):
+        """Leaf's ID URLs take any method, but a HEAD would spend an ID (RFC 9110: HEAD has
+        no effect a GET would not): 405, and the next GET gets the very next ID."""
+        first = int(server.get(path)[2])
+        status, headers, body = server.get(path, method="HEAD")
+        assert status == 405 and headers["allow"] == "GET, POST" and body == b""
+        after = int(server.get(path)[2])
+        if "segment" in path:
+            assert after == first + 1   # consecutive: the HEAD drew nothing
+        issued = {g["name"]: g["issued"] for g in
+                  server.json("/api/v1/status")[1]["processes"][0]["generators"]}
+        assert issued["invoices" if "segment" in path else "orders"] == 2
+
 
 class TestMetrics:
     def test_process_and_build_info(self, server):

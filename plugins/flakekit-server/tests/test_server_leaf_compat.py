@@ -52,9 +52,13 @@ def test_leaf_takes_any_method(leaf, method):
         assert status == 200 and body.isdigit(), (method, path, body)
 
 
-def test_head_has_no_body(leaf):
-    status, headers, body = leaf.get("/api/segment/get/invoice", method="HEAD")
+def test_head_has_no_body_and_never_draws(leaf):
+    """HEAD on Leaf's pages: the headers, no body; on its ID URLs a 405 (a HEAD must not
+    spend an ID, RFC 9110), whatever else the Spring-style mapping takes."""
+    status, headers, body = leaf.get("/db", method="HEAD")
     assert status == 200 and body == b"" and int(headers["content-length"]) > 0
+    status, headers, body = leaf.get("/api/segment/get/invoice", method="HEAD")
+    assert status == 405 and body == b"" and headers["allow"] == "GET, POST"
 
 
 def test_json_api_stays_strict(leaf):
