@@ -34,6 +34,7 @@ __all__ = [
     "LeaseError",
     "LeaseExpiredError",
     "LeaseLostError",
+    "NoReadingError",
     "NotOwnerError",
     "NotStartedError",
     "PartValueError",
@@ -142,6 +143,11 @@ class PartValueError(LayoutError):
 
 class InvalidIdError(FlakekitError, ValueError):
     """An ID to decode is not an ID of this layout."""
+
+
+class NoReadingError(FlakekitError):
+    """No layout reads an ID as one made by now: it fits none, or its time is no date in
+    any layout's era (``flakekit decode`` exits 1: the input was well formed)."""
 
 
 class TimeOverflowError(FlakekitError):

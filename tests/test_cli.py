@@ -68,7 +68,7 @@ class TestLayoutCommands:
         code, out, _ = run(capsys, "layout", "decompose", "snowflake", str(value), "--json")
         data = json.loads(out)
         assert data["worker"] == 3 and data["sequence"] == 9
-        assert data["timestamp"] == "2024-01-01T00:00:00Z"
+        assert data["timestamp"] == "2024-01-01T00:00:00.000Z"
 
 
 class TestDecodeAndNext:
