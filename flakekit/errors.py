@@ -84,12 +84,14 @@ class FieldError(FlakekitError, ValueError):
 class UnknownNameError(ConfigError, LookupError):
     """A name (layout, clock, allocator, generator, ...) is not registered."""
 
-    def __init__(self, path: str, kind: str, name: str, known: Iterable[str]) -> None:
+    def __init__(self, path: str, kind: str, name: str, known: Iterable[str],
+                 hint: str = "") -> None:
         known = sorted(known)
         self.kind, self.name, self.known = kind, name, known
         listing = ", ".join(known) if known else "(none)"
         super().__init__(
-            path, f"unknown {kind} {name!r}; known: {listing}{suggest(name, known)}"
+            path, f"unknown {kind} {name!r}{hint}; known: {listing}"
+            f"{'' if hint else suggest(name, known)}"
         )
 
     def __str__(self) -> str:  # KeyError-style quoting would hide the message

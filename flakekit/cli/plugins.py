@@ -17,7 +17,7 @@ def plugins(as_json: bool) -> None:
         echo_json([
             {"name": p.name, "distribution": p.distribution, "version": p.version,
              "builtin": p.builtin, "hooks": list(p.hooks), "registers": list(p.registers),
-             "broken": p.broken}
+             "commands": list(p.commands), "broken": p.broken}
             for p in infos
         ])
         return
@@ -29,6 +29,8 @@ def plugins(as_json: bool) -> None:
             continue
         if p.registers:
             click.echo(f"    registers: {', '.join(p.registers)}")
+        if p.commands:
+            click.echo(f"    commands: {', '.join(p.commands)}")
         click.echo(f"    hooks: {', '.join(p.hooks)}")
 
 
