@@ -113,7 +113,7 @@ if TYPE_CHECKING:
         SegmentStats,
         SnowflakeStats,
     )
-    from flakekit.values.timeunits import parse_duration_ns
+    from flakekit.values.timeunits import iso_utc, parse_duration_ns
 
 # name -> module; imported on first use so that loading a plugin stays cheap
 _WHERE = {
@@ -152,6 +152,7 @@ _WHERE = {
     "ClusterUnavailableError": "flakekit.errors",
     "KeyMovingError": "flakekit.errors",
     "NotOwnerError": "flakekit.errors",
+    "iso_utc": "flakekit.values.timeunits",
     "KEY_RE": "flakekit.values.keys",
     "KEY_RULE": "flakekit.values.keys",
     "key_problem": "flakekit.values.keys",
@@ -293,6 +294,7 @@ __all__ = [
     "proposed_members",
     "KEY_RE",
     "KEY_RULE",
+    "iso_utc",
     "key_problem",
     "Migration",
     "NotOwnerError",

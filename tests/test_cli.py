@@ -255,3 +255,46 @@ def test_serve_help_shows_environment_variables(capsys):
                  "FLAKEKIT_NODE", "FLAKEKIT_ADVERTISE", "FLAKEKIT_CONFIG"):
         assert name in flat, name
     assert "[env var: FLAKEKIT_SERVER_PORT; default: 8080" in flat
+
+
+class TestScriptFriendly:
+    ISO = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"
+
+    def test_one_timestamp_format(self):
+        """iso_utc: UTC, milliseconds, Z; naive datetimes (from databases) are UTC."""
+        import datetime as dt
+
+        from flakekit.values.timeunits import iso_utc
+
+        plus2 = dt.timezone(dt.timedelta(hours=2))
+        assert iso_utc(dt.datetime(2024, 1, 1, 2, 0, tzinfo=plus2)) == "2024-01-01T00:00:00.000Z"
+        assert iso_utc(dt.datetime(2016, 4, 30, 11, 18, 25, 796123)) == "2016-04-30T11:18:25.796Z"
+        assert iso_utc(None) is None
+
+    def test_layout_compose_json(self, capsys):
+        """`layout compose --json` prints the ID, id_str and its parts."""
+        code, out, _ = run(capsys, "layout", "compose", "snowflake", "time=2024-01-01T00:00:00Z",
+                           "worker=3", "sequence=1", "--json")
+        data = json.loads(out)
+        assert code == 0 and data["id"] == 1741610183685058561 and data["id_str"] == "1741610183685058561"
+        assert data["timestamp"] == "2024-01-01T00:00:00.000Z" and data["worker"] == 3
+
+    def test_workers_and_release_json(self, capsys, tmp_path, sqlite_url):
+        """`workers --json` times are in the one format; `workers release --json` says
+        what it did."""
+        import re
+
+        cfg = tmp_path / "w.toml"
+        cfg.write_text(f'[backends.main]\nurl = "{sqlite_url}"\n\n[generators.orders]\n'
+                       'layout = "snowflake"\nallocator = { type = "sql", backend = "main", '
+                       'service = "orders" }\n')
+        assert run(capsys, "db", "init", "-c", str(cfg))[0] == 0
+        assert run(capsys, "next", "-c", str(cfg))[0] == 0
+        code, out, err = run(capsys, "workers", "-c", str(cfg), "--json")
+        assert code == 0, err
+        row = json.loads(out)[0]
+        assert re.match(self.ISO, row["last_seen"]) and re.match(self.ISO, row["created_at"])
+        code, out, err = run(capsys, "workers", "release", "0", "-c", str(cfg), "--force", "--json")
+        assert code == 0, err
+        data = json.loads(out)
+        assert (data["generator"], data["worker_id"], data["released"]) == ("orders", 0, True)

@@ -123,10 +123,16 @@ def _parse_parts(lay: Any, parts: Sequence[str]) -> dict[str, Any]:
 @click.argument("name")
 @click.argument("parts", nargs=-1, required=True)
 @config_option
-def layout_compose(name: str, parts: tuple[str, ...], config_path: str | None) -> None:
+@json_option
+def layout_compose(name: str, parts: tuple[str, ...], config_path: str | None,
+                   as_json: bool) -> None:
     """Build an ID from parts: flakekit layout compose snowflake time=2024-01-01T00:00:00Z worker=3 sequence=1"""
     lay = _layout(name, config_path)
-    click.echo(lay.compose(**_parse_parts(lay, parts)))
+    value = lay.compose(**_parse_parts(lay, parts))
+    if as_json:
+        echo_json(_decoded(lay, str(value)))
+        return
+    click.echo(value)
 
 
 def _decoded(lay: Any, raw: str, fmt: Any = None) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from flakekit.plugin import (
     SnowflakeStats,
     TimeOverflowError,
     UnknownKeyError,
+    iso_utc,
     suggest,
 )
 from flakekit_server.auth import Tokens
@@ -697,7 +698,7 @@ class IdService:
         except (InvalidIdError, LayoutError, ValueError) as exc:
             raise HttpError(400, "invalid_id", str(exc)) from None
         body = {"id": value, "id_str": str(value), "layout": layout.name, **parts,
-                "timestamp": when.isoformat().replace("+00:00", "Z")}
+                "timestamp": iso_utc(when)}
         return 200, JSON, json.dumps(body).encode(), b"", "decode"
 
     def _leaf_decode(self, query: bytes, auth: bytes | None) -> Response:
