@@ -82,7 +82,7 @@ def read(layout: BitLayout, value: int, now: dt.datetime) -> Reading:
                        "its time lies after 9999-12-31: no date at all")
     if when < since:
         return Reading(layout.name, True, False, when, parts,
-                       f"its time is before {iso_utc(since)[:10]}, when these IDs began")
+                       f"its time is before {since.date().isoformat()}, when these IDs began")
     if when > until:
         return Reading(layout.name, True, False, when, parts,
                        "its time is in the future")
@@ -91,7 +91,7 @@ def read(layout: BitLayout, value: int, now: dt.datetime) -> Reading:
     # a random 64-bit number fits 63 bits half the time, 53 bits 1 time in 2048
     strength = max(math.log2(span_ns / era_ns), 0.0) + (64 - layout.total_bits)
     return Reading(layout.name, True, True, when, parts,
-                   f"a date in its era ({iso_utc(since)[:10]} to now)", strength)
+                   f"a date in its era ({since.date().isoformat()} to now)", strength)
 
 
 @attrs.frozen

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import overload
 
 __all__ = [
     "MAX_DURATION_NS", "format_unit", "iso_utc", "parse_duration_ns", "parse_epoch_ms",
@@ -58,6 +59,12 @@ def parse_unit_ns(value: object) -> int:
     return ns
 
 
+@overload
+def iso_utc(when: dt.datetime) -> str: ...
+@overload
+def iso_utc(when: None) -> None: ...
+@overload
+def iso_utc(when: dt.datetime | None) -> str | None: ...
 def iso_utc(when: dt.datetime | None) -> str | None:
     """``2016-04-30T11:18:25.796Z``: the one timestamp format of every flakekit output
     (CLI text and JSON, HTTP), UTC with milliseconds, as JavaScript's ``toISOString``
