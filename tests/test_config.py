@@ -81,6 +81,16 @@ class TestParse:
             code, out, err = run_cli(capsys, *args)
             assert code == 2 and len(err.splitlines()) == 1 and "latin1.toml" in err, err
 
+    def test_segment_key_follows_the_servers_rule(self, tmp_path, capsys):
+        """A generator's segment key the server could not serve is refused at load."""
+        from flakekit.testing.cli import run_cli
+
+        path = write(tmp_path, '[backends.main]\nurl = "sqlite:///x.db"\n[generators.a]\n'
+                     'strategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
+                     'key = "bad key"\n')
+        code, _, err = run_cli(capsys, "config", "check", str(path))
+        assert code == 2 and err.startswith("error: generators.a.key: 'bad key' is not a valid segment key")
+
     def test_bad_toml(self, tmp_path):
         """Broken TOML says where."""
         with pytest.raises(ConfigError, match="not valid TOML"):
