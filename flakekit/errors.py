@@ -34,6 +34,7 @@ __all__ = [
     "LeaseError",
     "LeaseExpiredError",
     "LeaseLostError",
+    "NoReadingError",
     "NotOwnerError",
     "NotStartedError",
     "PartValueError",
@@ -84,12 +85,14 @@ class FieldError(FlakekitError, ValueError):
 class UnknownNameError(ConfigError, LookupError):
     """A name (layout, clock, allocator, generator, ...) is not registered."""
 
-    def __init__(self, path: str, kind: str, name: str, known: Iterable[str]) -> None:
+    def __init__(self, path: str, kind: str, name: str, known: Iterable[str],
+                 hint: str = "") -> None:
         known = sorted(known)
         self.kind, self.name, self.known = kind, name, known
         listing = ", ".join(known) if known else "(none)"
         super().__init__(
-            path, f"unknown {kind} {name!r}; known: {listing}{suggest(name, known)}"
+            path, f"unknown {kind} {name!r}{hint}; known: {listing}"
+            f"{'' if hint else suggest(name, known)}"
         )
 
     def __str__(self) -> str:  # KeyError-style quoting would hide the message
@@ -143,6 +146,11 @@ class PartValueError(LayoutError):
 
 class InvalidIdError(FlakekitError, ValueError):
     """An ID to decode is not an ID of this layout."""
+
+
+class NoReadingError(FlakekitError):
+    """No layout reads an ID as one made by now: it fits none, or its time is no date in
+    any layout's era (``flakekit decode`` exits 1: the input was well formed)."""
 
 
 class TimeOverflowError(FlakekitError):

@@ -104,6 +104,7 @@ if TYPE_CHECKING:
     from flakekit.values.cluster import Member, MemberInfo, View
     from flakekit.values.events import Events
     from flakekit.values.formats import ENCODINGS, IdFormat
+    from flakekit.values.keys import KEY_RE, KEY_RULE, key_problem
     from flakekit.values.layout import BitLayout
     from flakekit.values.stats import (
         LATENCY_BUCKETS_S,
@@ -112,7 +113,7 @@ if TYPE_CHECKING:
         SegmentStats,
         SnowflakeStats,
     )
-    from flakekit.values.timeunits import parse_duration_ns
+    from flakekit.values.timeunits import iso_utc, parse_duration_ns
 
 # name -> module; imported on first use so that loading a plugin stays cheap
 _WHERE = {
@@ -151,6 +152,10 @@ _WHERE = {
     "ClusterUnavailableError": "flakekit.errors",
     "KeyMovingError": "flakekit.errors",
     "NotOwnerError": "flakekit.errors",
+    "iso_utc": "flakekit.values.timeunits",
+    "KEY_RE": "flakekit.values.keys",
+    "KEY_RULE": "flakekit.values.keys",
+    "key_problem": "flakekit.values.keys",
     "Member": "flakekit.values.cluster",
     "IdBatch": "flakekit.values.batch",
     "MemberInfo": "flakekit.values.cluster",
@@ -287,6 +292,10 @@ __all__ = [
     "MAX_WEIGHT",
     "check_key_segment",
     "proposed_members",
+    "KEY_RE",
+    "KEY_RULE",
+    "iso_utc",
+    "key_problem",
     "Migration",
     "NotOwnerError",
     "NotStartedError",

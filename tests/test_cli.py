@@ -68,7 +68,7 @@ class TestLayoutCommands:
         code, out, _ = run(capsys, "layout", "decompose", "snowflake", str(value), "--json")
         data = json.loads(out)
         assert data["worker"] == 3 and data["sequence"] == 9
-        assert data["timestamp"] == "2024-01-01T00:00:00Z"
+        assert data["timestamp"] == "2024-01-01T00:00:00.000Z"
 
 
 class TestDecodeAndNext:
@@ -179,3 +179,122 @@ def test_ctrl_c_exits_130():
             raise click.Abort()  # noqa: B904 - click keeps the context, as here
 
     assert run(interrupted) == 130
+
+
+#: docs/cluster.md's shared config: every node reads it, each gives --node/--advertise
+SHARED_CLUSTER = """\
+[backends.main]
+url = "postgresql+psycopg://ids@db.internal:5432/ids"
+
+[cluster]
+name = "ids"
+membership = { type = "sql", backend = "main" }
+lease = "10s"
+
+[generators.orders]
+strategy = "segment"
+order = "strict"
+store = { type = "sql", backend = "main" }
+key = "order"
+"""
+
+
+class TestSharedClusterConfig:
+    @pytest.fixture
+    def shared(self, tmp_path, monkeypatch):
+        monkeypatch.delenv("FLAKEKIT_NODE", raising=False)
+        monkeypatch.delenv("FLAKEKIT_ADVERTISE", raising=False)
+        path = tmp_path / "ids.toml"
+        path.write_text(SHARED_CLUSTER)
+        return path
+
+    def test_config_check_reads_a_shared_config(self, capsys, shared):
+        """Without advertise anywhere the rest is checked, as `cluster status` reads it,
+        and the output says each node gives its own (text and JSON); no database is
+        contacted (db.internal does not resolve)."""
+        code, out, err = run(capsys, "config", "check", str(shared))
+        assert code == 0, err
+        assert "cluster 'ids': a shared config" in out and "strict keys: order" in out
+        code, out, err = run(capsys, "config", "check", str(shared), "--json")
+        data = json.loads(out)
+        assert code == 0 and data["ok"] and data["cluster"]["shared"] is True
+        assert data["cluster"]["strict_keys"] == ["order"] and data["generators"] == ["orders"]
+
+    def test_config_check_as_one_node(self, capsys, shared):
+        """--node/--advertise check the file as that node would start; a bad URL exits 2
+        naming --advertise."""
+        code, out, err = run(capsys, "config", "check", str(shared), "--node", "web-1",
+                             "--advertise", "http://10.0.0.5:8080", "--json")
+        assert code == 0, err
+        cluster = json.loads(out)["cluster"]
+        assert (cluster["node"], cluster["advertise"], cluster["shared"]) == ("web-1", "http://10.0.0.5:8080", False)
+        code, _, err = run(capsys, "config", "check", str(shared), "--advertise", "10.0.0.5")
+        assert code == 2 and err.startswith("error: --advertise:")
+
+    def test_a_shared_config_still_fails_on_other_errors(self, capsys, tmp_path, monkeypatch):
+        """Only the missing advertise is left to the nodes: another error still fails."""
+        monkeypatch.delenv("FLAKEKIT_ADVERTISE", raising=False)
+        path = tmp_path / "bad.toml"
+        path.write_text(SHARED_CLUSTER.replace('lease = "10s"', 'lease = "forever"'))
+        code, _, err = run(capsys, "config", "check", str(path))
+        assert code == 2 and "cluster.lease" in err
+
+    def test_serve_names_advertise(self, capsys, shared):
+        """`serve` on a shared config without --advertise says to pass it."""
+        code, out, err = run(capsys, "serve", "-c", str(shared))
+        assert code == 2 and "cluster.advertise: is required" in err
+        assert "pass --advertise or set $FLAKEKIT_ADVERTISE" in err
+
+
+def test_serve_help_shows_environment_variables(capsys):
+    """`serve --help` lists each option's variable and the others serve reads."""
+    code, out, _ = run(capsys, "serve", "--help")
+    flat = " ".join(out.split())
+    assert code == 0
+    for name in ("FLAKEKIT_SERVER_HOST", "FLAKEKIT_SERVER_PORT", "FLAKEKIT_SERVER_LOG_LEVEL",
+                 "FLAKEKIT_NODE", "FLAKEKIT_ADVERTISE", "FLAKEKIT_CONFIG"):
+        assert name in flat, name
+    assert "[env var: FLAKEKIT_SERVER_PORT; default: 8080" in flat
+
+
+class TestScriptFriendly:
+    ISO = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"
+
+    def test_one_timestamp_format(self):
+        """iso_utc: UTC, milliseconds, Z; naive datetimes (from databases) are UTC."""
+        import datetime as dt
+
+        from flakekit.values.timeunits import iso_utc
+
+        plus2 = dt.timezone(dt.timedelta(hours=2))
+        assert iso_utc(dt.datetime(2024, 1, 1, 2, 0, tzinfo=plus2)) == "2024-01-01T00:00:00.000Z"
+        assert iso_utc(dt.datetime(2016, 4, 30, 11, 18, 25, 796123)) == "2016-04-30T11:18:25.796Z"
+        assert iso_utc(None) is None
+
+    def test_layout_compose_json(self, capsys):
+        """`layout compose --json` prints the ID, id_str and its parts."""
+        code, out, _ = run(capsys, "layout", "compose", "snowflake", "time=2024-01-01T00:00:00Z",
+                           "worker=3", "sequence=1", "--json")
+        data = json.loads(out)
+        assert code == 0 and data["id"] == 1741610183685058561 and data["id_str"] == "1741610183685058561"
+        assert data["timestamp"] == "2024-01-01T00:00:00.000Z" and data["worker"] == 3
+
+    def test_workers_and_release_json(self, capsys, tmp_path, sqlite_url):
+        """`workers --json` times are in the one format; `workers release --json` says
+        what it did."""
+        import re
+
+        cfg = tmp_path / "w.toml"
+        cfg.write_text(f'[backends.main]\nurl = "{sqlite_url}"\n\n[generators.orders]\n'
+                       'layout = "snowflake"\nallocator = { type = "sql", backend = "main", '
+                       'service = "orders" }\n')
+        assert run(capsys, "db", "init", "-c", str(cfg))[0] == 0
+        assert run(capsys, "next", "-c", str(cfg))[0] == 0
+        code, out, err = run(capsys, "workers", "-c", str(cfg), "--json")
+        assert code == 0, err
+        row = json.loads(out)[0]
+        assert re.match(self.ISO, row["last_seen"]) and re.match(self.ISO, row["created_at"])
+        code, out, err = run(capsys, "workers", "release", "0", "-c", str(cfg), "--force", "--json")
+        assert code == 0, err
+        data = json.loads(out)
+        assert (data["generator"], data["worker_id"], data["released"]) == ("orders", 0, True)

@@ -69,6 +69,28 @@ class TestParse:
         with pytest.raises(ConfigError, match="does not exist"):
             load_config(tmp_path / "nope.toml")
 
+    def test_not_utf8_names_the_file(self, tmp_path, capsys):
+        """A Latin-1 config names the file, the byte and its line; the CLI exits 2, one line."""
+        from flakekit.testing.cli import run_cli
+
+        path = tmp_path / "latin1.toml"
+        path.write_bytes(b'[generators.a]\ndescription = "caf\xe9"\n')
+        with pytest.raises(ConfigError, match=r"latin1.toml' is not UTF-8 text: byte 0xe9 on line 2"):
+            load_config(path)
+        for args in (("config", "check", str(path)), ("next", "-c", str(path))):
+            code, out, err = run_cli(capsys, *args)
+            assert code == 2 and len(err.splitlines()) == 1 and "latin1.toml" in err, err
+
+    def test_segment_key_follows_the_servers_rule(self, tmp_path, capsys):
+        """A generator's segment key the server could not serve is refused at load."""
+        from flakekit.testing.cli import run_cli
+
+        path = write(tmp_path, '[backends.main]\nurl = "sqlite:///x.db"\n[generators.a]\n'
+                     'strategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
+                     'key = "bad key"\n')
+        code, _, err = run_cli(capsys, "config", "check", str(path))
+        assert code == 2 and err.startswith("error: generators.a.key: 'bad key' is not a valid segment key")
+
     def test_bad_toml(self, tmp_path):
         """Broken TOML says where."""
         with pytest.raises(ConfigError, match="not valid TOML"):

@@ -78,6 +78,9 @@ class TestEncodings:
             (IdFormat("base62"), "00000-00000z", "'-' at position 6 is not a base62 digit"),
             (IdFormat("base32"), "000000000000U", "'U' at position 13 is not a base32 digit"),
             (IdFormat("hex"), "1" * 17, "17 digits, at most 16 for a 64-bit id"),
+            (IdFormat("base62"), "0" * 10, "10 characters, expected exactly 11 (exactly 11 base62 characters: 0-9, A-Z, a-z)"),
+            (IdFormat("base32", "ord_"), "ord_" + "1" * 12, "expected exactly 13 ('ord_' then exactly 13 base32"),
+            (IdFormat("hex"), "ff", "2 characters, expected exactly 16"),
             (IdFormat("base62"), "zzzzzzzzzzz", "does not fit in 64 bits"),
         ],
     )
@@ -184,6 +187,7 @@ class TestCli:
         ("args", "message"),
         [
             (("decode", "ord_0000000000!", "-f", "base62"), "'!' at position 11 is not a base62 digit"),
+            (("decode", "ord_24crCcq7Nr", "-f", "base62"), "10 characters, expected exactly 11"),
             (("decode", "123", "-f", "base63"), "--format: unknown encoding 'base63'"),
             (("next", "--prefix", "ord", "-c", "{config}"), "--prefix: 'ord' is not a valid prefix"),
             (("decode", "ord_abc"), "id 'ord_abc' is not an integer or an id string"),

@@ -340,3 +340,72 @@ class TestCommandsHook:
         run_result = runner.invoke(group, ["hello", "plugins"])
         assert run_result.exit_code == 0 and run_result.output == "hello plugins\n"
         assert "hello" not in cli.commands
+
+
+class TestInstallHints:
+    """A name a bundled plugin provides says what to install when that plugin is missing."""
+
+    def test_the_table_matches_the_bundled_plugins(self):
+        """Every name and command the bundled plugins register is in BUNDLED (and nothing
+        else is), so a new one cannot go without its hint."""
+        import flakekit_etcd
+        import flakekit_server
+        import flakekit_zookeeper
+
+        from flakekit.pluginhost.bundled import BUNDLED
+
+        dists = {"flakekit-etcd": flakekit_etcd, "flakekit-server": flakekit_server,
+                 "flakekit-zookeeper": flakekit_zookeeper}
+        host = PluginHost()
+        for dist, module in dists.items():
+            host.pm.register(module, name=dist)
+        host.load(entrypoints=False)
+        found = {(r.kind, r.name): r.plugin for registry in host.registries.values()
+                 for r in registry if r.plugin in dists}
+        found.update({("command", c): dist for dist, names in host.commands_by_plugin().items()
+                      if dist in dists for c in names})
+        assert found == BUNDLED
+
+    def test_unknown_allocator_names_the_package(self, monkeypatch):
+        """From a checkout: `pip install ./plugins/...`; installed: the distribution name."""
+        from flakekit.errors import UnknownNameError
+        from flakekit.pluginhost import bundled
+        from flakekit.pluginhost.registry import Registry
+
+        monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+        with pytest.raises(UnknownNameError) as info:
+            Registry("allocator").get("zookeeper", "generators.a.allocator.type")
+        assert str(info.value) == (
+            "generators.a.allocator.type: unknown allocator 'zookeeper'; it comes with the "
+            "plugin flakekit-zookeeper: pip install ./plugins/flakekit-zookeeper; known: (none)")
+        monkeypatch.setattr(bundled, "_checkout", lambda: None)
+        with pytest.raises(UnknownNameError, match=r"membership 'etcd'; it comes with the plugin "
+                           r"flakekit-etcd: pip install flakekit-etcd; known"):
+            Registry("membership").get("etcd", "cluster.membership.type")
+        with pytest.raises(UnknownNameError, match=r"unknown allocator 'zookeper'; known: sql$"):
+            registry = Registry("allocator")
+            registry.register("p", "sql", lambda *a: None)
+            registry.get("zookeper")
+
+    def test_missing_serve_command_says_what_to_install(self):
+        """`flakekit serve` without the server plugin: the usage error names the package."""
+        from flakekit.cli.main import _Cli
+
+        group = _Cli()
+        with pytest.raises(click.UsageError, match=r"No such command 'serve'; it comes with "
+                           r"the plugin flakekit-server: pip install "):
+            group.resolve_command(click.Context(group), ["serve"])
+        with pytest.raises(click.UsageError, match=r"^No such command 'nope'"):
+            group.resolve_command(click.Context(group), ["nope"])
+
+    def test_plugins_lists_commands(self, capsys):
+        """`flakekit plugins` shows the commands each plugin adds (JSON too)."""
+        import json
+
+        from flakekit.testing.cli import run_cli
+
+        code, out, _ = run_cli(capsys, "plugins", "--json")
+        rows = {p["name"]: p for p in json.loads(out)}
+        assert code == 0 and rows["flakekit.builtin.segments"]["commands"] == ["segments"]
+        code, out, _ = run_cli(capsys, "plugins")
+        assert "    commands: segments" in out

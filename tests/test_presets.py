@@ -149,12 +149,12 @@ class TestDecodeCommand:
     def test_decode_by_name(self, capsys):
         """A new user decodes a Discord, a Twitter and a Sonyflake v2 ID by layout name."""
         code, out, _ = run(capsys, "decode", "175928847299117063", "-l", "discord")
-        assert code == 0 and "timestamp  2016-04-30T11:18:25.796000Z" in out and "process    0" in out
+        assert code == 0 and "timestamp  2016-04-30T11:18:25.796Z" in out and "process    0" in out
         code, out, _ = run(capsys, "decode", "1541815603606036480", "-l", "twitter", "--json")
         assert json.loads(out)["datacenter"] == 11
         sony = SONYFLAKE_V2.compose(time=dt.datetime(2025, 6, 1, tzinfo=UTC), sequence=1, machine=9)
         code, out, _ = run(capsys, "decode", str(sony), "-l", "sonyflake-v2", "--json")
-        assert json.loads(out)["timestamp"] == "2025-06-01T00:00:00Z"
+        assert json.loads(out)["timestamp"] == "2025-06-01T00:00:00.000Z"
 
     def test_many_ids_and_stdin_as_json_lines(self, capsys, monkeypatch):
         """Arguments and `-` (stdin, one per line) mix; --json is one object per line."""
@@ -176,25 +176,165 @@ class TestDecodeCommand:
         code, _, err = run(capsys, "decode")
         assert code == 2 and "give one or more IDs" in err
 
-    def test_all_marks_plausible_readings(self, capsys):
+    def test_all_ranks_the_discord_vector(self, capsys):
         """--all reads the ID under every layout; the Discord vector is plausible as a
-        Discord ID and not as a Sonyflake v2 one (that would be in 2028)."""
+        Discord ID (its published time) and not as a Sonyflake v2 one (that would be in
+        2028); several times fit, so the verdict says ambiguous."""
         code, out, _ = run(capsys, "decode", "175928847299117063", "--all", "--json")
         assert code == 0
-        readings = {r["layout"]: r for r in json.loads(out)["readings"]}
+        result = json.loads(out)
+        assert result["id_str"] == "175928847299117063" and result["verdict"] == "ambiguous"
+        readings = {r["layout"]: r for r in result["readings"]}
         assert set(readings) >= {"twitter", "discord", "sonyflake-v2", "instagram", "mastodon", "snowflake"}
         assert readings["discord"]["plausible"] and readings["discord"]["parts"]["worker"] == 1
-        assert readings["discord"]["timestamp"] == "2016-04-30T11:18:25.796000Z"
+        assert readings["discord"]["timestamp"] == "2016-04-30T11:18:25.796Z"
         assert not readings["sonyflake-v2"]["plausible"] and not readings["mastodon"]["plausible"]
         code, out, _ = run(capsys, "decode", "175928847299117063", "--all")
-        line = next(x for x in out.splitlines() if "discord" in x)
+        assert out.startswith("175928847299117063: ambiguous: 4 different times fit")
+        line = next(x for x in out.splitlines()[2:] if "discord " in x)
         assert line.lstrip().startswith("* discord") and "worker=1 process=0 sequence=7" in line
-        assert next(x for x in out.splitlines() if "sonyflake-v2" in x).lstrip().startswith("sonyflake-v2")
+        line = next(x for x in out.splitlines() if "sonyflake-v2" in x)
+        assert line.lstrip().startswith("sonyflake-v2") and "its time is in the future" in line
 
     def test_all_says_when_an_id_does_not_fit(self, capsys):
         """A 64-bit ID does not fit the 63-bit layouts: said, not an error."""
         code, out, _ = run(capsys, "decode", str(1 << 63 | 5), "--all", "--json")
         readings = {r["layout"]: r for r in json.loads(out)["readings"]}
-        assert code == 0 and readings["twitter"]["fits"] is False and readings["discord"]["fits"]
+        assert readings["twitter"]["fits"] is False and readings["discord"]["fits"]
+        assert "does not fit: needs 64 bits, the layout has 63" in readings["twitter"]["evidence"]
 
 
+#: the five foreign vectors (TestVectors) and the time each system published for them
+FIVE = {
+    "twitter": (1541815603606036480, "2022-06-28T16:07:40.105Z"),
+    "discord": (175928847299117063, "2016-04-30T11:18:25.796Z"),
+    "sonyflake-v2": (SONYFLAKE_V2.compose(time=dt.datetime(2025, 6, 1, tzinfo=UTC), sequence=5,
+                                          machine=0x0102), "2025-06-01T00:00:00.000Z"),
+    "instagram": (1387263000 << 23 | 1341 << 10 | 905, "2011-09-09T22:28:04.721Z"),
+    "mastodon": (103270115826048975, "2019-12-08T03:48:33.849Z"),
+}
+
+
+class TestEvidence:
+    """Readings ranked by evidence (flakekit.values.readings), with the clock injected."""
+
+    NOW = dt.datetime(2026, 12, 1, tzinfo=UTC)
+
+    @pytest.mark.parametrize("system", sorted(FIVE))
+    def test_each_vector_reads_as_its_system(self, system):
+        """Under every built-in layout, each vector's own layout is a plausible reading at
+        the time its system published; readings are plausible first, strongest first."""
+        from flakekit.values.readings import rank
+
+        value, when = FIVE[system]
+        verdict = rank(value, [flakekit.layout(n) for n in LAYOUT_NAMES], self.NOW)
+        mine = next(r for r in verdict.readings if r.layout == system)
+        assert mine.plausible and mine.as_dict()["timestamp"] == when
+        flags = [r.plausible for r in verdict.readings]
+        assert flags == sorted(flags, reverse=True)
+        strengths = [r.strength for r in verdict.readings if r.plausible]
+        assert strengths == sorted(strengths, reverse=True)
+        assert verdict.kind in ("one", "ambiguous") and when in verdict.summary
+
+    def test_narrow_eras_rank_first(self):
+        """Mastodon (2017 to now out of 8,900 years) and Sonyflake v2 (2025 to now out of
+        174 years) vectors rank their own layout first."""
+        from flakekit.values.readings import rank
+
+        layouts = [flakekit.layout(n) for n in LAYOUT_NAMES]
+        for system in ("mastodon", "sonyflake-v2"):
+            assert rank(FIVE[system][0], layouts, self.NOW).readings[0].layout == system
+
+    def test_a_tweet_is_ambiguous_with_discord(self):
+        """A 2022 tweet is bit for bit a Discord ID of 2026 (same shifts, epochs 4 years
+        apart): the verdict says ambiguous and names both times; the three layouts
+        with Twitter's epoch count as one time."""
+        from flakekit.values.readings import rank
+
+        verdict = rank(FIVE["twitter"][0], [flakekit.layout(n) for n in LAYOUT_NAMES], self.NOW)
+        assert verdict.kind == "ambiguous"
+        group = next(g for g in verdict.summary.split("; ") if "2022-06-28T16:07:40.105Z" in g)
+        assert sorted(group.split(" (")[0].split(": ")[-1].split(" = ")) == ["region-split", "snowflake", "twitter"]
+        assert "discord (2026-08-25T14:24:45.448Z)" in verdict.summary
+
+    def test_mastodon_before_2017_is_no_mastodon_id(self):
+        """Mastodon counts from 1970 but made snowflakes only from 2017: a 1980 reading
+        is implausible, with the reason."""
+        from flakekit.values.readings import read
+
+        reading = read(MASTODON, MASTODON.compose(time=dt.datetime(1980, 1, 1, tzinfo=UTC)), self.NOW)
+        assert not reading.plausible and "before 2017-01-01" in reading.evidence
+
+    def test_max_as_mastodon_has_no_clamped_time(self):
+        """2^64-1 as a Mastodon ID lies in the year 10889: no datetime, never 9999-12-31."""
+        from flakekit.errors import InvalidIdError
+        from flakekit.values.readings import read
+
+        reading = read(MASTODON, 2**64 - 1, self.NOW)
+        assert reading.fits and not reading.plausible and reading.timestamp is None
+        with pytest.raises(InvalidIdError, match="about the year 10889"):
+            MASTODON.timestamp(2**64 - 1)
+        assert MASTODON.capacity(self.NOW).overflows_at is None
+        assert MASTODON.describe()["overflows_at"] is None
+
+
+LAYOUT_NAMES = ("snowflake", "sonyflake", "region-split", "twitter", "discord", "sonyflake-v2",
+                "instagram", "mastodon")
+
+
+class TestDecodeVerdicts:
+    def test_max_as_mastodon_exits_1(self, capsys):
+        """`decode 2^64-1 -l mastodon`: one line, exit 1, no clamped date."""
+        code, out, err = run(capsys, "decode", str(2**64 - 1), "-l", "mastodon")
+        assert code == 1 and out == "" and len(err.splitlines()) == 1
+        assert "is no mastodon ID: its time lies after 9999-12-31" in err and "9999-12-31T" not in err
+        assert "--all" in err
+
+    def test_nothing_fits_exits_1(self, capsys):
+        """--all where no layout reads a plausible time: one line, exit 1; --json still
+        prints the readings for scripts."""
+        code, out, err = run(capsys, "decode", str(2**64 - 1), "--all")
+        assert code == 1 and out == "" and len(err.splitlines()) == 1
+        assert "fits no known layout" in err
+        code, out, err = run(capsys, "decode", str(2**64 - 1), "--all", "--json")
+        assert code == 1 and json.loads(out)["verdict"] == "none"
+
+    def test_bare_decode_of_a_foreign_id_says_so(self, capsys):
+        """A tweet read as Sonyflake v2 lands in 2054: the reading is printed with a
+        warning that suggests --all, and `plausible: false` in JSON."""
+        code, out, err = run(capsys, "decode", "1541815603606036480", "-l", "sonyflake-v2", "--json")
+        assert code == 0 and json.loads(out)["plausible"] is False
+        assert "does not look like a sonyflake-v2 ID: its time is in the future" in err
+        assert "try `flakekit decode 1541815603606036480 --all`" in err
+
+    def test_one_off_layouts(self, capsys):
+        """--epoch/--bits and an inline table read the Discord vector at its published time."""
+        code, out, err = run(capsys, "decode", "175928847299117063", "--epoch",
+                             "2015-01-01T00:00:00Z", "--bits", "time=42,worker=5,process=5,sequence=12",
+                             "--json")
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["timestamp"] == "2016-04-30T11:18:25.796Z" and data["process"] == 0
+        assert data["id_str"] == "175928847299117063"
+        inline = ('{fields = [["time", 42], ["worker", 5], ["process", 5], ["sequence", 12]], '
+                  'total_bits = 64, epoch = 1420070400000}')
+        code, out, err = run(capsys, "decode", "175928847299117063", "-l", inline, "--json")
+        assert code == 0, err and json.loads(out)["worker"] == 1
+        code, out, err = run(capsys, "decode", "1541815603606036480", "--unit", "10ms", "--json")
+        assert code == 0 and json.loads(out)["layout"] == "one-off"
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (("--bits", "42/5/5"), "--bits: the bits add up to 52; use 53, 63 or 64"),
+            (("--bits", "x/y"), "--bits: 'x/y': expected bits most significant first"),
+            (("--unit", "3 parsecs"), "--unit"),
+            (("--epoch", "yesterday"), "--epoch"),
+            (("-l", "{fields = 3}"), "--layout: fields: expected a list of [name, bits] pairs"),
+            (("-l", "{nope"), "--layout: not a TOML inline table"),
+        ],
+    )
+    def test_bad_one_off_options(self, capsys, args, message):
+        """A bad one-off option exits 2 naming the option."""
+        code, _, err = run(capsys, "decode", "175928847299117063", *args)
+        assert code == 2 and message in err and "Traceback" not in err

@@ -189,6 +189,26 @@ class TestBadRows:
         assert "negative" in keys["bad"]["problem"] and keys["bad"]["max_id"] == -7
         assert "used up" in keys["full"]["problem"]
 
+    def test_keys_follow_the_servers_rule(self, store, db_url, tmp_path, capsys):
+        """`segments create 'bad key'` is refused (exit 2, the rule named, no row) as the
+        server would refuse its URL; a row written behind flakekit's back with such a key
+        is listed, flagged, and not served."""
+        config = tmp_path / "flakekit.toml"
+        config.write_text(f'[backends.default]\nurl = "{db_url}"\n')
+        code, out, err = run(capsys, "segments", "create", "bad key", "--step", "10", "-c", str(config))
+        assert code == 2 and "'bad key' is not a valid segment key: use 1 to 128 of" in err
+        assert not store.has_table() or not store.exists("bad key")
+        code, _, err = run(capsys, "segments", "create", "good.key:1", "--step", "10", "-c", str(config))
+        assert code == 0, err
+        execute(store, "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) "
+                       "VALUES ('.hidden', 1, 10, '')")
+        code, out, err = run(capsys, "segments", "--json", "-c", str(config))
+        keys = {k["key"]: k for k in json.loads(out)["stores"][0]["keys"]}
+        assert keys["good.key:1"]["problem"] is None
+        assert "not a valid segment key" in keys[".hidden"]["problem"]
+        code, out, _ = run(capsys, "segments", "-c", str(config))
+        assert "! .hidden: cannot serve a segment: '.hidden' is not a valid segment key" in out
+
 
 class TestCreate:
     def test_start_no_fetch_could_serve_is_refused(self, store):

@@ -219,6 +219,6 @@ def resolve_cluster(
         url, url_from = spec.advertise, f"{path}.advertise"
     else:
         raise ConfigError(f"{path}.advertise", "is required: the URL peers and clients reach "
-                          "this node at, e.g. advertise = \"http://10.0.0.5:8080\" (or set "
-                          f"${ADVERTISE_ENV})")
+                          "this node at, e.g. advertise = \"http://10.0.0.5:8080\" (or pass "
+                          f"{advertise_flag} or set ${ADVERTISE_ENV})")
     return ResolvedCluster(spec, node_id, node_from, url, url_from)

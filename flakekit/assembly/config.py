@@ -157,6 +157,12 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError("", f"config file {str(file)!r} does not exist") from None
     except OSError as exc:
         raise ConfigError("", f"cannot read config file {str(file)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8 (a Latin-1 file, a UTF-16 BOM...)
+        line = file.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            "", f"config file {str(file)!r} is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} "
+            f"on line {line} (TOML files are UTF-8); save it as UTF-8"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -62,11 +62,13 @@ INSTAGRAM = BitLayout(
     description="Instagram IDs: 41 time (1 ms) / 13 shard / 10 sequence",
 )
 # mastodon/mastodon lib/mastodon/snowflake.rb: 6 bytes (48 bits) of ms since the Unix
-# epoch, then 2 bytes (16 bits) of hashed sequence data.
+# epoch, then 2 bytes (16 bits) of hashed sequence data. Snowflake IDs came with Mastodon
+# 2.0 (October 2017; older statuses kept serial numbers): a reading before 2017 is no
+# Mastodon snowflake, though the epoch is 1970.
 MASTODON = BitLayout(
     name="mastodon",
     fields=[["time", 48], ["sequence", 16]],
-    unit_ns="1ms", epoch_ms=0, total_bits=64,
+    unit_ns="1ms", epoch_ms=0, total_bits=64, since_ms="2017-01-01T00:00:00Z",
     description="Mastodon IDs: 48 time (1 ms since 1970) / 16 sequence (hashed)",
 )
 

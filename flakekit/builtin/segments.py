@@ -11,6 +11,7 @@ from flakekit.errors import ConfigError, UnknownNameError
 from flakekit.pluginhost.markers import hookimpl
 from flakekit.pluginhost.registry import Register
 from flakekit.sql.settings import SqlStoreSettings  # not sql.leaf: --help needs no SQLAlchemy
+from flakekit.values.keys import key_problem
 
 if TYPE_CHECKING:
     import click
@@ -122,6 +123,9 @@ def segments_report(
     for info in store.info():
         row = info.to_dict()
         period = PERIOD_KEY.match(info.key)   # a periodic counter's row: its generator's
+        bad_key = key_problem(period.group("base") if period else info.key)
+        if bad_key and not row.get("problem"):  # no URL can name it: never served
+            row["problem"] = bad_key
         row["generator"] = target.generators.get(info.key) or (
             target.generators.get(period.group("base")) if period else None)
         gen = running.get(info.key)
@@ -211,8 +215,13 @@ def flakekit_register_commands(cli: click.Group) -> None:
         key: str, step: int, start: int, description: str | None, config_path: str | None,
         backend: str | None, as_json: bool,
     ) -> None:
-        """Create KEY in leaf_alloc (and the table itself if it is missing)."""
+        """Create KEY in leaf_alloc (and the table itself if it is missing). KEY follows
+        the server's rule: 1 to 128 of A-Z a-z 0-9 _ . : - (not starting with . : -)."""
         from flakekit.assembly.config import load_config
+
+        problem = key_problem(key)
+        if problem:
+            raise click.BadParameter(problem, param_hint="KEY")
 
         config = load_config(config_path)
         targets = store_targets(config, backend)

@@ -310,9 +310,10 @@ def db_upgrade(config_path: str | None) -> None:
               help="Which generator's service (default: the config's default generator).")
 @click.option("--force", is_flag=True,
               help="Release even a lease that still looks live (you know the holder is dead).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.pass_context
 def workers_release(ctx: click.Context, worker_id: int, config_path: str | None,
-                    generator: str | None, force: bool) -> None:
+                    generator: str | None, force: bool, as_json: bool) -> None:
     """Free worker WORKER_ID so the next start-up may take it (operators)."""
     from sqlalchemy.exc import DBAPIError
 
@@ -347,6 +348,13 @@ def workers_release(ctx: click.Context, worker_id: int, config_path: str | None,
             raise _OperatorError(str(exc)) from None
     finally:
         pool.dispose()
+    if as_json:
+        from flakekit.cli import echo_json
+
+        echo_json({"generator": name, "service": gen.settings.service or gen.name,
+                   "worker_id": worker_id, "released": True, "forced": force,
+                   "message": message})
+        return
     click.echo(message)
 
 

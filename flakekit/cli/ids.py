@@ -53,55 +53,121 @@ def _read_ids(ids: Sequence[str]) -> list[str]:
     return out
 
 
-def _all_readings(raw: str, layouts: Sequence[Any], fmt: Any) -> dict[str, Any]:
-    """``raw`` under every layout, plausible readings (time between the layout's epoch and
-    now + 1 day) first."""
-    now = dt.datetime.now(dt.UTC)
-    readings = []
-    for lay in layouts:
-        try:
-            info = _decoded(lay, raw, fmt)
-        except InvalidIdError as exc:
-            readings.append({"layout": lay.name, "plausible": False, "fits": False,
-                             "error": str(exc)})
-            continue
-        parts = {k: info[k] for k in lay.names}
-        readings.append({"layout": lay.name, "plausible": lay.plausible(info["id"], now),
-                         "fits": True, "timestamp": info["timestamp"], "parts": parts})
-    readings.sort(key=lambda r: not r["plausible"])  # stable: listing order within each group
-    return {"input": raw.strip(), "readings": readings}
+def _one_off(lay: Any, epoch: str | None, unit: str | None, bits: str | None) -> Any:
+    """The layout with ``--epoch/--unit/--bits`` applied (errors name the option)."""
+    from flakekit.errors import LayoutError
+
+    if epoch is None and unit is None and bits is None:
+        return lay
+    try:
+        return lay.one_off(epoch=epoch, unit=unit, bits=bits)
+    except LayoutError as exc:
+        option = {"epoch": "--epoch", "unit": "--unit"}.get(exc.field, "--bits")
+        raise click.BadParameter(exc.message, param_hint=option) from None
+
+
+def _inline_layout(spec: str) -> Any:
+    """``--layout '{fields = [["time", 41], ...], epoch = "2015-01-01T00:00:00Z"}'``: a
+    layout table as in a config file, inline."""
+    import tomllib
+
+    from flakekit.errors import LayoutError
+    from flakekit.values.layout import BitLayout
+
+    try:
+        table = tomllib.loads(f"layout = {spec}")["layout"]
+    except tomllib.TOMLDecodeError as exc:
+        raise click.BadParameter(f"not a TOML inline table ({exc}); e.g. "
+                                 "'{fields = [[\"time\", 41], [\"worker\", 10], "
+                                 "[\"sequence\", 12]], epoch = \"2015-01-01T00:00:00Z\"}'",
+                                 param_hint="--layout") from None
+    if not isinstance(table, dict):
+        raise click.BadParameter("expected an inline table {fields = ..., epoch = ...}",
+                                 param_hint="--layout")
+    try:
+        return BitLayout.from_mapping("inline", table)
+    except LayoutError as exc:
+        raise click.BadParameter(str(exc), param_hint="--layout") from None
+
+
+def _all_readings(raw: str, layouts: Sequence[Any], fmt: Any, now: dt.datetime) -> dict[str, Any]:
+    """``raw`` under every layout, ranked by evidence (:mod:`flakekit.values.readings`)."""
+    from flakekit.values.readings import rank
+
+    widest = max(layouts, key=lambda lay: lay.total_bits)
+    value = widest.check_id(raw, fmt)
+    verdict = rank(value, layouts, now)
+    return {"input": raw.strip(), "id": value, "id_str": str(value), "verdict": verdict.kind,
+            "summary": verdict.summary, "readings": [r.as_dict() for r in verdict.readings]}
 
 
 def _print_all(result: dict[str, Any]) -> None:
-    click.echo(f"{result['input']} under every layout (* = plausible: its time lies between "
-               "the layout's epoch and now + 1 day)")
+    click.echo(f"{result['input']}: {result['summary']}")
+    click.echo("  (* = plausible: a date in the layout's era, from its epoch or first IDs to "
+               "now; strongest evidence first)")
     width = max(len(r["layout"]) for r in result["readings"])
     for r in result["readings"]:
         mark = "*" if r["plausible"] else " "
         if not r["fits"]:
-            click.echo(f"  {mark} {r['layout']:<{width}}  does not fit: {r['error']}")
+            click.echo(f"  {mark} {r['layout']:<{width}}  {r['evidence']}")
             continue
         parts = " ".join(f"{k}={v}" for k, v in r["parts"].items() if k != "time")
-        click.echo(f"  {mark} {r['layout']:<{width}}  {r['timestamp']:<27} {parts}")
+        when = r["timestamp"] or "(no date)"
+        why = "" if r["plausible"] else f"  ({r['evidence']})"
+        click.echo(f"  {mark} {r['layout']:<{width}}  {when:<24}  {parts}{why}")
+
+
+def _decode_one(lay: Any, raw: str, fmt: Any, now: dt.datetime) -> dict[str, Any]:
+    """One ID under one layout; a time past any date is no reading (exit 1), an
+    implausible one is printed with a warning that suggests --all."""
+    from flakekit.errors import NoReadingError
+    from flakekit.values.readings import read
+
+    value = lay.check_id(raw, fmt)
+    reading = read(lay, value, now)
+    shown = raw.strip()
+    if reading.timestamp is None:
+        raise NoReadingError(
+            f"id {shown} is no {lay.name} ID: {reading.evidence} (time field "
+            f"{reading.parts['time']}); try `flakekit decode {shown} --all`"
+        )
+    info = _decoded(lay, raw, fmt)
+    info["plausible"] = reading.plausible
+    if not reading.plausible:
+        click.echo(f"warning: {shown} does not look like a {lay.name} ID: {reading.evidence} "
+                   f"({info['timestamp']}); try `flakekit decode {shown} --all`", err=True)
+    return info
 
 
 @cli.command()
 @click.argument("ids", metavar="ID...", nargs=-1)
-@click.option("--layout", "-l", "layout_name", default=None, help="Layout name (default: the config's default generator's, else snowflake).")
+@click.option("--layout", "-l", "layout_name", default=None, metavar="NAME|TABLE",
+              help="Layout name (default: the config's default generator's, else snowflake), "
+              "or an inline table: '{fields = [[\"time\", 41], [\"worker\", 10], "
+              "[\"sequence\", 12]], unit = \"1ms\", epoch = \"2015-01-01T00:00:00Z\"}'.")
+@click.option("--epoch", default=None, help="One-off: this epoch (ISO-8601 or Unix ms) "
+              "instead of the layout's.")
+@click.option("--unit", default=None, help="One-off: this time unit (1ms, 10ms, 1s).")
+@click.option("--bits", default=None, metavar="SPEC", help="One-off: these fields, most "
+              "significant first: 41/10/12 (time/worker/sequence) or time=39,sequence=8,machine=16.")
 @click.option("--all", "all_layouts", is_flag=True,
-              help="Show each ID under every known layout and mark the plausible readings.")
+              help="Read each ID under every known layout, ranked by evidence; says "
+              "'ambiguous' when readings with different times fit; exit 1 if none does.")
 @format_option
 @prefix_option
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per ID and line.")
-def decode(ids: tuple[str, ...], layout_name: str | None, all_layouts: bool,
-           encoding: str | None, prefix: str | None, config_path: str | None,
-           as_json: bool) -> None:
+def decode(ids: tuple[str, ...], layout_name: str | None, epoch: str | None, unit: str | None,
+           bits: str | None, all_layouts: bool, encoding: str | None, prefix: str | None,
+           config_path: str | None, as_json: bool) -> None:
     """Decode IDs: time, node fields, sequence. IDs are arguments, or `-` to read them from
     stdin (one per line); decimal, 0x-hex, or a string form (the prefix and encoding are
-    recognised; -f names the encoding)."""
+    recognised; -f names the encoding). An ID whose time is implausible for the layout
+    gets a warning; one that no layout fits exits 1."""
     if as_json:
         import json  # only here: decode without --json starts without it
+    from flakekit.errors import NoReadingError
+
     raws = _read_ids(ids)
     if not raws:
         raise click.UsageError("give one or more IDs, or - to read them from stdin")
@@ -122,27 +188,40 @@ def decode(ids: tuple[str, ...], layout_name: str | None, all_layouts: bool,
     # nothing named: recognise each string's form (prefix, then encoding by its width)
     named = encoding is not None or prefix is not None or configured is not None
     fmt = _pick_format(encoding, prefix, configured) if named else None
+    if isinstance(layout_name, str) and layout_name.lstrip().startswith("{"):
+        chosen = _one_off(_inline_layout(layout_name), epoch, unit, bits)
+    else:
+        chosen = _one_off(_layout(layout_name or "snowflake", config_path, path), epoch, unit, bits)
     if all_layouts:
         host = _host()
         layouts = [host.layout(reg.name) for reg in host.layouts]
         layouts += list(config.layouts.values()) if config is not None else []
-    else:
-        layouts = [_layout(layout_name or "snowflake", config_path, path)]
-    failed = 0
+        if chosen.name not in {lay.name for lay in layouts}:
+            layouts.append(chosen)  # an inline or one-off layout joins the ranking
+    now = dt.datetime.now(dt.UTC)
+    failed = none = 0
     for i, raw in enumerate(raws):
         try:
             if all_layouts:
-                result = _all_readings(raw, layouts, fmt)
+                result = _all_readings(raw, layouts, fmt, now)
                 if as_json:
                     click.echo(json.dumps(result))
-                else:
+                if result["verdict"] == "none":
+                    raise NoReadingError(
+                        f"id {result['input']} fits no known layout: no reading has a date in "
+                        "its layout's era; name its layout with --layout, or --epoch/--unit/--bits"
+                    )
+                if not as_json:
                     _print_all(result)
                 continue
-            info = _decoded(layouts[0], raw, fmt)
-        except InvalidIdError as exc:
+            info = _decode_one(chosen, raw, fmt, now)
+        except (InvalidIdError, NoReadingError) as exc:
             if len(raws) == 1:
                 raise
-            failed += 1
+            if isinstance(exc, InvalidIdError):
+                failed += 1
+            else:
+                none += 1
             click.echo(f"error: {exc}", err=True)
             continue
         if as_json:
@@ -153,6 +232,8 @@ def decode(ids: tuple[str, ...], layout_name: str | None, all_layouts: bool,
             _print_decoded(info, False)
     if failed:
         raise InvalidIdError(f"{failed} of {len(raws)} IDs could not be decoded (see above)")
+    if none:
+        raise NoReadingError(f"{none} of {len(raws)} IDs fit no layout (see above)")
 
 
 @cli.command("next")

@@ -89,7 +89,8 @@ def layout_show(name: str, config_path: str | None, as_json: bool) -> None:
     click.echo(f"  worker field    {lay.worker_field or '(none)'}")
     click.echo(f"  IDs per second  {info['ids_per_second_per_worker']:,.0f} per worker")
     click.echo(f"  max workers     {info['max_workers']:,} (all node fields)")
-    click.echo(f"  overflows at    {info['overflows_at']} ({info['years_left']} years left)")
+    end = info["overflows_at"] or "after 9999-12-31"  # never a clamped date
+    click.echo(f"  overflows at    {end} ({info['years_left']} years left)")
     for warning in info["warnings"]:
         click.echo(f"  warning: {warning}")
 
@@ -122,18 +123,26 @@ def _parse_parts(lay: Any, parts: Sequence[str]) -> dict[str, Any]:
 @click.argument("name")
 @click.argument("parts", nargs=-1, required=True)
 @config_option
-def layout_compose(name: str, parts: tuple[str, ...], config_path: str | None) -> None:
+@json_option
+def layout_compose(name: str, parts: tuple[str, ...], config_path: str | None,
+                   as_json: bool) -> None:
     """Build an ID from parts: flakekit layout compose snowflake time=2024-01-01T00:00:00Z worker=3 sequence=1"""
     lay = _layout(name, config_path)
-    click.echo(lay.compose(**_parse_parts(lay, parts)))
+    value = lay.compose(**_parse_parts(lay, parts))
+    if as_json:
+        echo_json(_decoded(lay, str(value)))
+        return
+    click.echo(value)
 
 
 def _decoded(lay: Any, raw: str, fmt: Any = None) -> dict[str, Any]:
+    from flakekit.values.timeunits import iso_utc
+
     value = lay.check_id(raw, fmt)
     parts = lay.decompose(value)
     when = lay.timestamp(value)
-    info = {"id": value, "layout": lay.name, **parts,
-            "timestamp": when.isoformat().replace("+00:00", "Z")}
+    info = {"id": value, "id_str": str(value), "layout": lay.name, **parts,
+            "timestamp": iso_utc(when)}
     if raw.strip() != str(value):
         info["input"] = raw.strip()  # the string form it was given in
     return info

@@ -135,7 +135,22 @@ DOCS_EPILOG = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=DOCS_EPILOG)
+class _Cli(click.Group):
+    """The ``flakekit`` group: a command a bundled plugin adds says what to install."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            from flakekit.pluginhost.bundled import install_hint
+
+            hint = install_hint("command", args[0]) if args else ""
+            if hint and exc.message.startswith("No such command"):
+                raise click.UsageError(f"No such command {args[0]!r}{hint}", ctx) from None
+            raise
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]}, epilog=DOCS_EPILOG)
 @click.version_option(__version__, prog_name="flakekit")  # flakekit/__about__.py
 @verbose_option
 def cli() -> None:

@@ -7,13 +7,14 @@ from typing import Any
 import click
 
 from flakekit.cli.main import cli, config_option, echo_json, json_option
+from flakekit.values.timeunits import iso_utc
 
 
 def _row(generator: str, allocator: str, rec: Any) -> dict[str, Any]:
     return {
         "generator": generator, "allocator": allocator,
         "worker_id": rec.worker_id, "epoch": rec.epoch, "state": rec.state,
-        "last_seen": rec.last_seen.isoformat() if rec.last_seen else None,
+        "last_seen": iso_utc(rec.last_seen),
         "mine": rec.mine, "holder": rec.holder or None, **rec.extra,
     }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import attrs
 
 from flakekit.errors import FieldError
+from flakekit.values.keys import key_problem
 from flakekit.values.timeunits import parse_duration_ns
 
 __all__ = ["SegmentSettings"]
@@ -28,6 +29,13 @@ def _fraction(instance: object, attribute: attrs.Attribute[float], value: float)
 def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value < 1:
         raise ValueError(f"must be at least 1, got {value!r}")
+
+
+def _segment_key(_inst: object, _attr: object, value: str) -> None:
+    """The rule the server and ``segments create`` apply (flakekit.values.keys)."""
+    problem = key_problem(value)
+    if problem:
+        raise FieldError("key", problem)
 
 
 @attrs.frozen
@@ -84,7 +92,7 @@ class SegmentSettings:
 
     key: str | None = attrs.field(
         default=None,
-        validator=attrs.validators.optional(attrs.validators.instance_of(str)),
+        validator=attrs.validators.optional([attrs.validators.instance_of(str), _segment_key]),
     )
     prefetch_at: float = attrs.field(default=0.1, converter=float, validator=_fraction)
     dynamic_step: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))

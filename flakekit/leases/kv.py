@@ -77,6 +77,7 @@ from flakekit.errors import BackendError, LeaseLostError, WorkerExhaustedError
 from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
 from flakekit.values.clock import Clock
 from flakekit.values.events import Events
+from flakekit.values.timeunits import iso_utc
 
 __all__ = ["KeyValueStore", "KvEntry", "KvLeaseAllocator", "KvOp", "KvState"]
 
@@ -593,7 +594,7 @@ class KvLeaseAllocator:
                     last_seen=_ms(seen) if seen is not None else None, state=state,
                     mine=wid == self._worker and self._session is not None,
                     extra={"mode": "lease", "session": rec.session if rec else "",
-                           "free_at": _ms(free_at).isoformat() if state == "quarantined"
+                           "free_at": iso_utc(_ms(free_at)) if state == "quarantined"
                            else None, "issued_until": rec.issued_until_ms if rec else 0},
                 ))
             return out

@@ -69,6 +69,7 @@ class PluginInfo:
     hooks: tuple[str, ...]
     registers: tuple[str, ...]
     broken: str | None = None
+    commands: tuple[str, ...] = ()  # CLI commands it adds (flakekit_register_commands)
 
 
 @attrs.frozen
@@ -249,8 +250,24 @@ class PluginHost:
     def add_commands(self, cli: Any) -> None:
         self.pm.hook.flakekit_register_commands(cli=cli)
 
+    def commands_by_plugin(self) -> dict[str, tuple[str, ...]]:
+        """The CLI commands each plugin's ``flakekit_register_commands`` adds, found by
+        calling it on a throw-away group (registration only defines click commands)."""
+        import click
+
+        out: dict[str, tuple[str, ...]] = {}
+        for impl in self.pm.hook.flakekit_register_commands.get_hookimpls():
+            group = click.Group()
+            try:
+                impl.function(cli=group)
+            except Exception:  # noqa: BLE001  a listing must not fail on one plugin
+                continue
+            out[impl.plugin_name] = tuple(sorted(group.commands))
+        return out
+
     def plugins(self) -> list[PluginInfo]:
         """Loaded plugins, then broken ones (``broken`` says why)."""
+        commands = self.commands_by_plugin()
         out = []
         for name, plugin in self.pm.list_name_plugin():
             if plugin is None:
@@ -266,7 +283,7 @@ class PluginHost:
                 name=name,
                 distribution=dist_name, version=version,
                 builtin=name in BUILTIN_PLUGINS,
-                hooks=hooks, registers=registers,
+                hooks=hooks, registers=registers, commands=commands.get(name, ()),
             ))
         out += [PluginInfo(b.name, b.distribution, b.version, False, (), (), broken=b.describe())
                 for b in self.broken]

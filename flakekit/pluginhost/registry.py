@@ -82,7 +82,10 @@ class Registry:
         try:
             return self._items[name]
         except KeyError:
-            raise UnknownNameError(path, self.kind, name, self._items) from None
+            from flakekit.pluginhost.bundled import install_hint
+
+            raise UnknownNameError(path, self.kind, name, self._items,
+                                   install_hint(self.kind, name)) from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._items

@@ -75,6 +75,7 @@ from flakekit.sql.schema import (
 from flakekit.sql.settings import SqlStoreSettings
 from flakekit.sql.transactions import write_transaction
 from flakekit.values.periods import PERIOD_KEY, is_period_key
+from flakekit.values.timeunits import iso_utc
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -230,7 +231,7 @@ class KeyInfo:
             "max_id": _plain(self.max_id),
             "step": _plain(self.step),
             "description": self.description,
-            "update_time": (self.update_time.isoformat()
+            "update_time": (iso_utc(self.update_time)
                             if isinstance(self.update_time, dt.datetime) else None),
             "problem": self.problem,
         }

@@ -102,6 +102,7 @@ from flakekit.sql.schema import (
 )
 from flakekit.values.clock import Clock
 from flakekit.values.events import NO_EVENTS, Events
+from flakekit.values.timeunits import iso_utc
 
 __all__ = [
     "DEFAULT_TIERS_NS",
@@ -187,7 +188,7 @@ def _seen_readable(dialect: str) -> ColumnElement[bool]:
 def _when(ns: int) -> str:
     """A wall-clock ns value for people (a bad row may hold one no datetime can)."""
     try:
-        return dt.datetime.fromtimestamp(ns / NS, dt.UTC).isoformat(timespec="seconds")
+        return str(iso_utc(dt.datetime.fromtimestamp(ns / NS, dt.UTC)))
     except (OverflowError, OSError, ValueError):
         return f"{ns} ns since 1970"
 
@@ -767,7 +768,7 @@ def list_records(
                    "slot": row["slot"], "host_name": row["host_name"],
                    "age_s": None if age is None else round(age, 3),
                    "issued_until_ns": row["issued_until"],
-                   "created_at": aware_utc(row["created_at"])},
+                   "created_at": iso_utc(aware_utc(row["created_at"]))},
         ))
     return out
 

@@ -159,7 +159,8 @@ class IdFormat:
 
     def decode(self, text: str) -> int:
         """The ID a string of this format stands for; :class:`InvalidIdError` says what is
-        wrong (missing prefix, a character outside the alphabet, too long, too big)."""
+        wrong (missing prefix, a character outside the alphabet, the wrong length for a
+        fixed-width form, too big)."""
         if not isinstance(text, str):
             raise InvalidIdError(f"expected a string, got {text!r}")
         raw = text.strip()
@@ -189,9 +190,21 @@ class IdFormat:
         width = _WIDTHS[self.encoding]
         if len(body) > width:
             raise InvalidIdError(f"{what}: {len(body)} digits, at most {width} for a 64-bit id")
+        if self.pad and self.encoding != "decimal" and len(body) != width:
+            # a fixed-width string one character short is another valid ID: refuse it
+            raise InvalidIdError(
+                f"{what}: {len(body)} characters, expected exactly {width} "
+                f"({self.expected_form()})"
+            )
         if value > _MAX:
             raise InvalidIdError(f"{what}: {value} does not fit in 64 bits")
         return value
+
+    def expected_form(self) -> str:
+        """What a string of this format looks like, for error messages."""
+        width = f"exactly {_WIDTHS[self.encoding]} " if self.pad and self.encoding != "decimal" else ""
+        head = f"{self.prefix!r} then " if self.prefix else ""
+        return f"{head}{width}{self.encoding} characters: {_describe(self.encoding)}"
 
     def __str__(self) -> str:
         return f"{self.prefix}<{self.encoding}>" if self.prefix else self.encoding

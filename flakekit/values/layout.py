@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from flakekit.errors import InvalidIdError, LayoutError, PartValueError
-from flakekit.values.timeunits import format_unit, parse_epoch_ms, parse_unit_ns
+from flakekit.values.timeunits import format_unit, iso_utc, parse_epoch_ms, parse_unit_ns
 
 if TYPE_CHECKING:
     from flakekit.values.formats import IdFormat
 
-__all__ = ["BitLayout", "Capacity"]
+__all__ = ["BitLayout", "Capacity", "fields_from_bits"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _UTC = dt.UTC
@@ -68,13 +68,22 @@ def _as_epoch(value: Any) -> int:
         raise LayoutError("epoch", str(exc)) from None
 
 
+def _as_since(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_epoch_ms(value)
+    except ValueError as exc:
+        raise LayoutError("since", str(exc)) from None
+
+
 @attrs.frozen
 class Capacity:
     """What a layout can hold, for people planning a deployment."""
 
     ids_per_second_per_worker: float
     max_workers: int
-    overflows_at: dt.datetime
+    overflows_at: dt.datetime | None  # None: after 9999-12-31, past any datetime
     years_left: float
 
 
@@ -90,6 +99,9 @@ class BitLayout:
         total_bits: 63 (sign bit kept 0), 64 (unsigned) or 53 (JavaScript-safe).
         worker_field: the node field that receives the leased worker id.
         description: one line for listings.
+        since_ms: when IDs of this layout were first made (Unix ms), if later than the
+            epoch: Mastodon counts from 1970 but has made such IDs only since 2017. A
+            reading before it is not plausible (``decode --all`` ranks by it).
     """
 
     name: str
@@ -99,6 +111,7 @@ class BitLayout:
     total_bits: int = 63
     worker_field: str | None = None
     description: str = ""
+    since_ms: int | None = attrs.field(default=None, converter=_as_since)
     _shifts: dict[str, int] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -157,7 +170,7 @@ class BitLayout:
     @classmethod
     def from_mapping(cls, name: str, data: Mapping[str, Any]) -> BitLayout:
         """Build from a config table ``{fields, unit, epoch, total_bits, ...}``."""
-        known = {"fields", "unit", "epoch", "total_bits", "worker_field", "description"}
+        known = {"fields", "unit", "epoch", "total_bits", "worker_field", "description", "since"}
         for key in data:
             if key not in known:
                 from flakekit.errors import suggest
@@ -172,6 +185,22 @@ class BitLayout:
             name=name, fields=data["fields"], unit_ns=data.get("unit", "1ms"),
             epoch_ms=data.get("epoch", 0), total_bits=total,
             worker_field=data.get("worker_field"), description=data.get("description", ""),
+            since_ms=data.get("since"),
+        )
+
+    def one_off(self, *, epoch: Any = None, unit: Any = None, bits: str | None = None,
+                name: str = "one-off") -> BitLayout:
+        """This layout with another epoch, unit or field split (``flakekit decode --epoch
+        --unit --bits``); ``bits`` as :func:`fields_from_bits` reads it, its sum the
+        total bits."""
+        fields = self.fields if bits is None else fields_from_bits(bits)
+        total = self.total_bits if bits is None else sum(b for _, b in fields)
+        if total not in ALLOWED_TOTAL_BITS:
+            raise LayoutError("fields", f"the bits add up to {total}; use 53, 63 or 64")
+        return BitLayout(
+            name=name, fields=fields, unit_ns=self.unit_ns if unit is None else unit,
+            epoch_ms=self.epoch_ms if epoch is None else epoch, total_bits=total,
+            description=f"one-off layout from {self.name}",
         )
 
     # -- structure ----------------------------------------------------------------------
@@ -294,28 +323,49 @@ class BitLayout:
         }
 
     def timestamp(self, value: int | str, fmt: IdFormat | None = None) -> dt.datetime:
-        """When the ID was made (UTC; start of its tick)."""
+        """When the ID was made (UTC; start of its tick). :class:`InvalidIdError` if that
+        lies after 9999-12-31 (no datetime holds it: never a clamped time)."""
         return self.time_of_tick(self.decompose(value, fmt)[TIME])
+
+    @property
+    def since(self) -> dt.datetime:
+        """The earliest plausible time of an ID of this layout (``since_ms``, else the epoch)."""
+        return self.time_of_tick(0) if self.since_ms is None else (
+            _UNIX + dt.timedelta(milliseconds=max(self.since_ms, self.epoch_ms)))
 
     def plausible(self, value: int | str, now: dt.datetime | None = None,
                   ahead: dt.timedelta = dt.timedelta(days=1)) -> bool:
         """Whether ``value`` reads as an ID this layout made by now: it fits, and its time
-        lies between the epoch and ``now + ahead``. ``flakekit decode --all`` marks these,
-        so a user can tell which system an ID came from."""
+        lies between :attr:`since` (the epoch, unless the layout says its IDs began
+        later) and ``now + ahead``. ``flakekit decode --all`` ranks by it, so a user can
+        tell which system an ID came from."""
         try:
             when = self.timestamp(value)
         except InvalidIdError:
             return False
         now = now or dt.datetime.now(_UTC)
-        return self.time_of_tick(0) <= when <= now + ahead
+        return self.since <= when <= now + ahead
 
-    def time_of_tick(self, tick: int) -> dt.datetime:
-        """The UTC start of a tick (clamped to datetime's range for huge time fields)."""
+    def time_at(self, tick: int) -> dt.datetime | None:
+        """The UTC start of a tick, or None when it lies after 9999-12-31."""
         micros = (self.epoch_ns + tick * self.unit_ns) // 1_000
         try:
             return _UNIX + dt.timedelta(microseconds=micros)
         except OverflowError:
-            return dt.datetime.max.replace(tzinfo=_UTC)
+            return None
+
+    def time_of_tick(self, tick: int) -> dt.datetime:
+        """The UTC start of a tick; :class:`InvalidIdError` when no datetime holds it (a
+        48-bit millisecond field reaches the year 10889): a time is never clamped."""
+        when = self.time_at(tick)
+        if when is None:
+            seconds = (self.epoch_ns + tick * self.unit_ns) / 1e9
+            raise InvalidIdError(
+                f"time field {tick} of layout {self.name!r} is {tick} x {format_unit(self.unit_ns)} "
+                f"after {iso_utc(self.time_at(0))}, about the year "
+                f"{1970 + int(seconds // 31_556_952)}: later than any date (9999-12-31)"
+            )
+        return when
 
     # -- capacity -----------------------------------------------------------------------
     @property
@@ -325,19 +375,20 @@ class BitLayout:
     def capacity(self, now: dt.datetime | None = None) -> Capacity:
         now = now or dt.datetime.now(_UTC)
         node_bits = sum(self.bits(n) for n in self.node_fields)
-        end = self.time_of_tick(1 << self.time_bits)
+        end_ns = self.epoch_ns + (1 << self.time_bits) * self.unit_ns
+        now_ns = (now - _UNIX) // dt.timedelta(microseconds=1) * 1_000
         return Capacity(
             ids_per_second_per_worker=self.sequence_size * 1e9 / self.unit_ns,
             max_workers=1 << node_bits,
-            overflows_at=end,
-            years_left=(end - now) / dt.timedelta(days=365.25),
+            overflows_at=self.time_at(1 << self.time_bits),
+            years_left=(end_ns - now_ns) / (365.25 * 86_400e9),
         )
 
     def top_bit_at(self) -> dt.datetime | None:
         """When IDs of a 64-bit layout start to set bit 63 (None for 53 and 63 bits)."""
         if self.total_bits < 64:
             return None
-        return self.time_of_tick(1 << (self.time_bits - 1))
+        return self.time_at(1 << (self.time_bits - 1))
 
     def describe(self) -> dict[str, Any]:
         """A JSON-friendly description (what ``flakekit layout show --json`` prints)."""
@@ -351,12 +402,13 @@ class BitLayout:
             ],
             "unit": format_unit(self.unit_ns),
             "epoch_ms": self.epoch_ms,
-            "epoch": self.time_of_tick(0).isoformat().replace("+00:00", "Z"),
+            "epoch": iso_utc(self.time_of_tick(0)),
+            "since": iso_utc(self.since) if self.since_ms is not None else None,
             "total_bits": self.total_bits,
             "worker_field": self.worker_field,
             "ids_per_second_per_worker": cap.ids_per_second_per_worker,
             "max_workers": cap.max_workers,
-            "overflows_at": cap.overflows_at.isoformat().replace("+00:00", "Z"),
+            "overflows_at": iso_utc(cap.overflows_at),
             "years_left": round(cap.years_left, 2),
             "warnings": self.warnings(cap),
         }
@@ -380,6 +432,32 @@ class BitLayout:
         if self.worker_field is None:
             out.append("no worker field: only one process may use this layout at a time")
         return out
+
+
+_NODE_NAMES = {2: (), 3: ("worker",), 4: ("datacenter", "worker")}
+
+
+def fields_from_bits(text: str) -> list[tuple[str, int]]:
+    """Fields from a short spec: ``41/10/12`` (time/worker/sequence; two numbers are
+    time/sequence, four time/datacenter/worker/sequence, more time/node1/.../sequence) or
+    named, most significant first: ``time=39,sequence=8,machine=16``."""
+    parts = [p.strip() for p in str(text).replace(",", "/").split("/") if p.strip()]
+    if "=" in str(text):
+        out = []
+        for part in parts:
+            name, sep, bits = part.partition("=")
+            if not sep or not bits.strip().isdigit():
+                raise LayoutError("fields", f"{part!r}: expected NAME=BITS, e.g. time=41,worker=10,sequence=12")
+            out.append((name.strip(), int(bits)))
+        return out
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
+        raise LayoutError(
+            "fields", f"{text!r}: expected bits most significant first, e.g. 41/10/12 "
+            "(time/worker/sequence) or time=39,sequence=8,machine=16"
+        )
+    nodes = _NODE_NAMES.get(len(parts)) or tuple(f"node{i}" for i in range(1, len(parts) - 1))
+    names = (TIME, *nodes, SEQUENCE)
+    return [(name, int(bits)) for name, bits in zip(names, parts, strict=True)]
 
 
 def ensure_layouts(layouts: Iterable[BitLayout]) -> dict[str, BitLayout]:

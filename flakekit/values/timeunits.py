@@ -1,11 +1,16 @@
-"""Parsing of time units ("1ms", "10ms", "1s"), durations and epochs."""
+"""Parsing of time units ("1ms", "10ms", "1s"), durations and epochs, and the one way
+times are printed (:func:`iso_utc`)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import overload
 
-__all__ = ["MAX_DURATION_NS", "format_unit", "parse_duration_ns", "parse_epoch_ms", "parse_unit_ns"]
+__all__ = [
+    "MAX_DURATION_NS", "format_unit", "iso_utc", "parse_duration_ns", "parse_epoch_ms",
+    "parse_unit_ns",
+]
 
 _SUFFIX_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
               "m": 60_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000,
@@ -52,6 +57,24 @@ def parse_unit_ns(value: object) -> int:
     if ns < 1_000:
         raise ValueError(f"a time unit must be at least 1us, got {value!r}")
     return ns
+
+
+@overload
+def iso_utc(when: dt.datetime) -> str: ...
+@overload
+def iso_utc(when: None) -> None: ...
+@overload
+def iso_utc(when: dt.datetime | None) -> str | None: ...
+def iso_utc(when: dt.datetime | None) -> str | None:
+    """``2016-04-30T11:18:25.796Z``: the one timestamp format of every flakekit output
+    (CLI text and JSON, HTTP), UTC with milliseconds, as JavaScript's ``toISOString``
+    prints it, so scripts parse one shape. ``None`` stays ``None``; a naive datetime is
+    taken as UTC (databases hand those back)."""
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def format_unit(ns: int) -> str:

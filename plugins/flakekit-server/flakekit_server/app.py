@@ -15,7 +15,6 @@ import copy
 import json
 import logging
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -30,6 +29,8 @@ import attrs
 
 from flakekit.plugin import (
     ENCODINGS,
+    KEY_RE,
+    KEY_RULE,
     ClockMovedBackwardsError,
     ClusterUnavailableError,
     FlakekitError,
@@ -47,6 +48,7 @@ from flakekit.plugin import (
     SnowflakeStats,
     TimeOverflowError,
     UnknownKeyError,
+    iso_utc,
     suggest,
 )
 from flakekit_server.auth import Tokens
@@ -57,9 +59,6 @@ __all__ = ["HttpError", "IdService", "Pending", "ServerOptions"]
 
 log = logging.getLogger("flakekit.server")
 
-#: a key or generator name in a URL: Leaf's biz_tag is varchar(128). Matched with
-#: ``fullmatch`` (``$`` alone also matches before a final newline: "key\n" is no key)
-KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,127}")
 TEXT = b"text/plain; charset=utf-8"
 JSON = b"application/json"
 HTML = b"text/html; charset=utf-8"
@@ -218,12 +217,11 @@ def _params(query: bytes, allowed: Mapping[str, str], *, lenient: bool = False) 
 
 
 def _key(raw: str, what: str) -> str:
+    """A key or generator name of a URL, by the core's rule (``flakekit.values.keys``: the
+    one ``flakekit segments create`` applies)."""
     if not KEY_RE.fullmatch(raw):
         shown = raw if len(raw) <= 40 else raw[:40] + "..."
-        raise HttpError(
-            400, "bad_request", f"{what} {shown!r} is not valid: use 1 to 128 of A-Z a-z 0-9 _ . : - "
-            "(not starting with . : -)"
-        )
+        raise HttpError(400, "bad_request", f"{what} {shown!r} is not valid: {KEY_RULE}")
     return raw
 
 
@@ -712,7 +710,7 @@ class IdService:
         except (InvalidIdError, LayoutError, ValueError) as exc:
             raise HttpError(400, "invalid_id", str(exc)) from None
         body = {"id": value, "id_str": str(value), "layout": layout.name, **parts,
-                "timestamp": when.isoformat().replace("+00:00", "Z")}
+                "timestamp": iso_utc(when)}
         return 200, JSON, json.dumps(body).encode(), b"", "decode"
 
     def _leaf_decode(self, query: bytes, auth: bytes | None) -> Response:

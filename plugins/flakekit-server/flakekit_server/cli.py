@@ -37,19 +37,28 @@ def exposure_warning(host: str, token_file: str | None) -> str | None:
             "address can take IDs; pass --token-file (or bind 127.0.0.1)")
 
 
-@click.command("serve")
+#: the variables `serve` reads besides its options' own (shown as [env var: ...] above)
+SERVE_ENV_EPILOG = (
+    "Environment: FLAKEKIT_CONFIG (the config file), FLAKEKIT_NODE and FLAKEKIT_ADVERTISE "
+    "(cluster mode: this node's id and URL; --node / --advertise win), "
+    "FLAKEKIT_DISABLE_PLUGINS, FLAKEKIT_LOAD_PLUGINS, FLAKEKIT_TRACE_PLUGINS, FLAKEKIT_DEBUG "
+    "(tracebacks); each option's own variable is listed with it."
+)
+
+
+@click.command("serve", epilog=SERVE_ENV_EPILOG)
 @config_option
-@click.option("--host", default="127.0.0.1", show_default=True, envvar="FLAKEKIT_SERVER_HOST",
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="FLAKEKIT_SERVER_HOST", show_envvar=True,
               help="Address to bind. 0.0.0.0 / :: expose the server to the network.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
-              envvar="FLAKEKIT_SERVER_PORT", help="Port (0: any free port, printed at start).")
+              envvar="FLAKEKIT_SERVER_PORT", show_envvar=True, help="Port (0: any free port, printed at start).")
 @click.option("--workers", "-w", default=1, show_default=True, type=click.IntRange(0, 256),
-              envvar="FLAKEKIT_SERVER_WORKERS",
+              envvar="FLAKEKIT_SERVER_WORKERS", show_envvar=True,
               help="Processes, each with its own worker lease (0: one per core).")
 @click.option("--max-count", default=100_000, show_default=True, type=click.IntRange(1, 10_000_000),
-              envvar="FLAKEKIT_SERVER_MAX_COUNT", help="Largest batch (count=) one request may ask for.")
+              envvar="FLAKEKIT_SERVER_MAX_COUNT", show_envvar=True, help="Largest batch (count=) one request may ask for.")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
-              envvar="FLAKEKIT_SERVER_TOKEN_FILE",
+              envvar="FLAKEKIT_SERVER_TOKEN_FILE", show_envvar=True,
               help="Bearer tokens: lines of 'GENERATOR TOKEN' ('*' = every generator).")
 @click.option("--snowflake-default", default=None, metavar="NAME",
               help="Serve /api/snowflake/get/ANY-KEY from generator NAME, as Leaf ignores the key.")
@@ -64,7 +73,7 @@ def exposure_warning(host: str, token_file: str | None) -> str | None:
 @click.option("--loop", type=click.Choice(["auto", "uvloop", "asyncio"]), default="auto",
               show_default=True, help="Event loop (auto: uvloop if installed).")
 @click.option("--offload-count", default=None, type=click.IntRange(0, 10_000_000), hidden=True,
-              envvar="FLAKEKIT_SERVER_OFFLOAD_COUNT",
+              envvar="FLAKEKIT_SERVER_OFFLOAD_COUNT", show_envvar=True,
               help="Batches of at least this many IDs are made in a worker thread (0: never; "
               "for benchmarks).")
 @click.option("--node", default=None, metavar="ID",
@@ -73,7 +82,8 @@ def exposure_warning(host: str, token_file: str | None) -> str | None:
               help="Cluster mode: the URL peers and clients reach this node at, e.g. "
               "http://10.0.0.5:8080 (overrides $FLAKEKIT_ADVERTISE and [cluster] advertise).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
-              default="warning", show_default=True, envvar="FLAKEKIT_SERVER_LOG_LEVEL")
+              default="warning", show_default=True, envvar="FLAKEKIT_SERVER_LOG_LEVEL",
+              show_envvar=True)
 def serve_command(
     config_path: str | None, host: str, port: int, workers: int, max_count: int,
     token_file: str | None, snowflake_default: str | None, max_connections: int,

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from flakekit.plugin import KEY_RE
+
 __all__ = ["document", "paths", "served_paths"]
 
-_KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,127}$"
+_KEY = f"^{KEY_RE.pattern}$"  # the core's segment-key rule
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
 
