@@ -70,7 +70,8 @@ def _owners(view: View, keys: list[str]) -> dict[str, Member | None]:
 def _ms_iso(ms: int) -> str | None:
     if not ms:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="seconds")
+    from flakekit.values.timeunits import iso_utc
+    return iso_utc(dt.datetime.fromtimestamp(ms / 1000, dt.UTC))
 
 
 def _claims(kit: Kit) -> list[dict[str, Any]]:
