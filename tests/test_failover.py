@@ -63,7 +63,7 @@ def test_a_fetch_on_a_promoted_replica_skips_past_the_lost_ranges(engine):
     assert again.start == got.max_id
     with engine.connect() as conn:
         writer = conn.execute(text("SELECT writer FROM flakekit_primary")).scalar_one()
-    assert writer == failover.primary_identity(engine.connect())
+        assert writer == failover.primary_identity(conn)
 
 
 def test_a_process_holding_old_ranges_raises_max_id_to_its_high_water(engine, caplog):
