@@ -42,6 +42,7 @@ __all__ = [
     "REPLICATION_MODES",
     "Durability",
     "DurabilityWatch",
+    "pool_durability",
     "probe",
     "watch_for",
 ]
@@ -241,3 +242,19 @@ def watch_for(engine: Engine, backend: str | None = None,
         found = _WATCHES[engine] = DurabilityWatch(backend or engine.url.drivername,
                                                    replication)
     return found
+
+
+def pool_durability(pool: Any) -> dict[str, dict[str, Any]]:
+    """The last verdict of each engine a :class:`BackendPool` has made (no I/O: what the
+    fetches and grants read last; None before the first), for the server's status."""
+    from flakekit.sql.failover import FAILOVERS
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, engine in list(getattr(pool, "_engines", {}).items()):
+        watch = watch_for(engine, name)
+        where = engine.url.render_as_string(hide_password=True)
+        out[name] = {**(watch.last.to_dict() if watch.last else {"verdict": None}),
+                     "replication": watch.replication,
+                     "failovers": sum(n for db, n in FAILOVERS.items() if db.startswith(where)
+                                      or where in db)}
+    return out
