@@ -152,7 +152,7 @@ def flakekit_register_allocators(register: Register) -> None:
 
 
 # -- commands ------------------------------------------------------------------------------
-from flakekit.cli import config_option  # noqa: E402  (one --config lookup for every command)
+from flakekit.cli import config_option, json_option  # noqa: E402  (one --config lookup for every command)
 
 
 @attrs.frozen
@@ -336,7 +336,7 @@ def durability_report(config: Any) -> list[dict[str, Any]]:
 
 @db.command("check")
 @config_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@json_option
 def db_check(config_path: str | None, as_json: bool) -> None:
     """What a commit survives on each backend, one line each (docs/replicated-databases.md).
 
