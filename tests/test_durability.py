@@ -4,13 +4,9 @@ wait was cancelled (flakekit/sql/backends.py), on real servers."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -22,35 +18,23 @@ from flakekit.sql.durability import Durability, DurabilityWatch, probe
 from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.testing import EventRecorder
 from flakekit.testing.cli import run_cli
-from flakekit.testing.databases import PG_ADMIN_URL, free_port, fresh_server_database
-
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+from flakekit.testing.databases import PG_ADMIN_URL, fresh_server_database
+from flakekit.testing.replicas import PgServer, pg_binaries_missing, private_base
 
 
 @pytest.fixture(scope="module")
 def sync_pg():
     """A private PostgreSQL whose commits wait for a standby that never comes
     (``synchronous_standby_names = 'nobody'``)."""
-    if not (PG_BIN / "initdb").exists() or shutil.which("runuser") is None:
-        pytest.skip(f"PostgreSQL server binaries not found in {PG_BIN}")
-    base = Path(tempfile.mkdtemp(prefix="flakekit-syncpg-"))  # pytest's tmp is mode 700
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres", "postgres")
-    data, port = base / "data", free_port()
-    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    subprocess.run([*as_pg, str(PG_BIN / "initdb"), "-D", str(data), "--auth=trust",
-                    "-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8"], check=True,
-                   capture_output=True)
-    opts = (f"-c listen_addresses=127.0.0.1 -p {port} -k {base} -c fsync=off "
-            "-c synchronous_standby_names=nobody")
-    subprocess.run([*as_pg, str(PG_BIN / "pg_ctl"), "-D", str(data), "-l",
-                    str(base / "pg.log"), "-w", "-o", opts, "start"], check=True,
-                   capture_output=True)
+    missing = pg_binaries_missing()
+    if missing:
+        pytest.skip(missing)
+    base = private_base("flakekit-syncpg-")
+    server = PgServer(base, "data", ("synchronous_standby_names=nobody",)).initdb().start()
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+        yield server.url
     finally:
-        subprocess.run([*as_pg, str(PG_BIN / "pg_ctl"), "-D", str(data), "-m",
-                        "immediate", "-w", "stop"], capture_output=True)
+        server.stop()
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -1,0 +1,138 @@
+"""Throw-away PostgreSQL servers for fail-over drills: a primary and a streaming standby.
+
+Replication runs through a :class:`~flakekit.testing.proxy.TcpProxy` the test can cut,
+and clients connect through a second proxy that :meth:`PgReplicaSet.repoint` moves to the
+promoted standby (as a VIP or a DNS switch would). Servers run as the ``postgres`` user
+when started by root (PostgreSQL refuses root), in a directory of their own under /tmp.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+from flakekit.testing.databases import free_port
+from flakekit.testing.proxy import TcpProxy
+
+__all__ = ["PG_BIN", "PgReplicaSet", "PgServer", "pg_binaries_missing", "private_base"]
+
+PG_BIN = Path(os.environ.get("FLAKEKIT_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+def pg_binaries_missing() -> str | None:
+    """Why the drills cannot run here (None: they can)."""
+    for tool in ("initdb", "pg_ctl", "pg_basebackup"):
+        if not (PG_BIN / tool).exists():
+            return f"PostgreSQL server binaries not found: {PG_BIN / tool}"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser: PostgreSQL refuses to run as root"
+    return None
+
+
+def _as_postgres() -> list[str]:
+    return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+
+def _run(*args: str) -> None:
+    done = subprocess.run([*_as_postgres(), *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(args)} failed: {(done.stderr or done.stdout).strip()}")
+
+
+class PgServer:
+    """One private PostgreSQL cluster on a free loopback port."""
+
+    def __init__(self, base: Path, name: str, settings: tuple[str, ...] = ()) -> None:
+        self.base = base
+        self.data = base / name
+        self.port = free_port()
+        self.settings = settings
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def initdb(self) -> PgServer:
+        _run(str(PG_BIN / "initdb"), "-D", str(self.data), "--auth=trust", "-U", "postgres",
+             "-E", "UTF8", "--locale=C.UTF-8")
+        return self
+
+    def start(self) -> PgServer:
+        opts = " ".join([f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.base}",
+                         "-c fsync=off -c full_page_writes=off",
+                         *(f"-c {s}" for s in self.settings)])
+        _run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l",
+             str(self.base / f"{self.data.name}.log"), "-w", "-o", opts, "start")
+        return self
+
+    def kill9(self) -> None:
+        """kill -9 of the postmaster (its children exit when they notice)."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+
+    def promote(self) -> None:
+        _run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "promote")
+
+    def stop(self) -> None:
+        subprocess.run([*_as_postgres(), str(PG_BIN / "pg_ctl"), "-D", str(self.data),
+                        "-m", "immediate", "-w", "stop"], capture_output=True)
+
+
+def private_base(prefix: str) -> Path:
+    """A directory under /tmp the ``postgres`` user owns (pytest's tmp is mode 700)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+    return base
+
+
+class PgReplicaSet:
+    """A primary, a standby streaming from it through ``replication`` (a proxy), and
+    ``clients``, the proxy clients connect to (:attr:`url`)."""
+
+    def __init__(self, primary_settings: tuple[str, ...] = ()) -> None:
+        self.base = private_base("flakekit-replicas-")
+        self.primary = PgServer(self.base, "primary", primary_settings)
+        self.standby = PgServer(self.base, "standby")
+        self.replication: TcpProxy | None = None
+        self.clients: TcpProxy | None = None
+
+    def start(self) -> PgReplicaSet:
+        self.primary.initdb().start()
+        self.replication = TcpProxy(self.primary.port).start()
+        _run(str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p",
+             str(self.replication.port), "-U", "postgres", "-D", str(self.standby.data),
+             "-R", "-X", "stream", "-c", "fast")
+        self.standby.start()
+        self.clients = TcpProxy(self.primary.port).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self.clients is not None
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.clients.port}/postgres"
+
+    def cut_replication(self) -> None:
+        assert self.replication is not None
+        self.replication.cut()
+
+    def fail_over(self) -> None:
+        """kill -9 the primary, promote the standby, re-point the clients at it."""
+        assert self.clients is not None
+        self.primary.kill9()
+        self.standby.promote()
+        self.clients.target_port = self.standby.port
+        self.clients.cut()
+        self.clients.restore()
+
+    def stop(self) -> None:
+        for proxy in (self.clients, self.replication):
+            if proxy is not None:
+                proxy.stop()
+        self.standby.stop()
+        self.primary.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
