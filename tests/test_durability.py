@@ -14,12 +14,18 @@ from sqlalchemy import create_engine, text
 from flakekit.errors import BackendError
 from flakekit.sql import failover
 from flakekit.sql.backends import BackendPool, BackendSettings
-from flakekit.sql.durability import Durability, DurabilityWatch, probe
+from flakekit.sql.durability import Durability, DurabilityWatch, probe, watch_for
 from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.testing import EventRecorder
 from flakekit.testing.cli import run_cli
 from flakekit.testing.databases import PG_ADMIN_URL, fresh_server_database
-from flakekit.testing.replicas import PgServer, pg_binaries_missing, private_base
+from flakekit.testing.replicas import (
+    MariaServer,
+    PgServer,
+    mariadb_binaries_missing,
+    pg_binaries_missing,
+    private_base,
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +40,9 @@ def sync_pg():
     try:
         yield server.url
     finally:
-        server.stop()
+        stopping = server.stop()
+        if stopping is not None:
+            stopping.wait()
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -136,3 +144,30 @@ def test_a_verdict_that_gets_worse_raises_one_alert():
         watch.read(engine)
         engine.dispose()
     assert recorder.alerts() == ["database-durability"]
+
+
+@pytest.mark.slow
+def test_mariadb_semi_sync_falling_back_is_seen_alerted_and_refused():
+    missing = mariadb_binaries_missing()
+    if missing:
+        pytest.skip(missing)
+    server = MariaServer(options=("--rpl-semi-sync-master-enabled=ON",
+                                  "--rpl-semi-sync-master-timeout=300")).start()
+    recorder = EventRecorder()
+    try:
+        pool = BackendPool({"main": BackendSettings(server.url, replication="synchronous")})
+        engine = pool.engine("main")
+        watch = watch_for(engine)
+        watch.listen(recorder.events)
+        assert watch.read(engine).verdict == "synchronous"   # no commit has waited yet
+        store = SqlSegmentStore(engine)
+        store.create("k", step=10)   # waits 0.3 s for a replica that is not there
+        found = watch.read(engine)
+        assert found.verdict == "fallen-back"
+        assert "rpl_semi_sync_master_timeout" in (found.fix or "")
+        assert recorder.alerts() == ["database-durability"]
+        with pytest.raises(BackendError, match="refusing to fetch.*fallen-back"):
+            store.fetch("k")
+        pool.dispose()
+    finally:
+        server.stop()
