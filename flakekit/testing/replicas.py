@@ -210,3 +210,30 @@ class MariaServer:
             self.process.kill()
             self.process.wait()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def main(env_file: str) -> None:
+    """``python -m flakekit.testing.replicas ENV_FILE`` (scripts/replicas.sh): start a
+    replica set, write its URLs to ENV_FILE, then on SIGUSR1 cut the replication, on
+    SIGUSR2 fail over (kill -9, promote, re-point), on SIGTERM stop everything."""
+    import threading
+
+    rs = PgReplicaSet().start()
+    Path(env_file).write_text(
+        f"FLAKEKIT_REPLICAS_URL={rs.url}\nFLAKEKIT_REPLICAS_PRIMARY_URL={rs.primary.url}\n"
+        f"FLAKEKIT_REPLICAS_STANDBY_URL={rs.standby.url}\n")
+    done = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda *_: rs.cut_replication())
+    signal.signal(signal.SIGUSR2, lambda *_: rs.fail_over())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        rs.stop()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1])
