@@ -120,16 +120,29 @@ class PgReplicaSet:
         self.standby = PgServer(self.base, "standby")
         self.replication: TcpProxy | None = None
         self.clients: TcpProxy | None = None
+        self._retired: list[PgServer] = []
 
     def start(self) -> PgReplicaSet:
         self.primary.initdb().start()
-        self.replication = TcpProxy(self.primary.port).start()
-        _run(str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p",
-             str(self.replication.port), "-U", "postgres", "-D", str(self.standby.data),
-             "-R", "-X", "stream", "-c", "fast")
-        self.standby.start()
+        self._stream_to(self.standby)
         self.clients = TcpProxy(self.primary.port).start()
         return self
+
+    def _stream_to(self, standby: PgServer) -> None:
+        """Make ``standby`` a streaming copy of the primary, through a new proxy."""
+        if self.replication is not None:
+            self.replication.stop()
+        self.replication = TcpProxy(self.primary.port).start()
+        _run(str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p",
+             str(self.replication.port), "-U", "postgres", "-D", str(standby.data),
+             "-R", "-X", "stream", "-c", "fast")
+        standby.start()
+
+    def new_standby(self) -> None:
+        """After :meth:`fail_over`: a fresh standby of the new primary (for a second)."""
+        self._retired.append(self.standby)
+        self.standby = PgServer(self.base, f"standby{len(self._retired)}")
+        self._stream_to(self.standby)
 
     @property
     def url(self) -> str:
@@ -148,12 +161,15 @@ class PgReplicaSet:
         self.clients.target_port = self.standby.port
         self.clients.cut()
         self.clients.restore()
+        self._retired.append(self.primary)
+        self.primary, self.standby = self.standby, self.primary  # the dead one stays down
 
     def stop(self) -> None:
         for proxy in (self.clients, self.replication):
             if proxy is not None:
                 proxy.stop()
-        for stopping in (self.standby.stop(), self.primary.stop()):
+        servers = {id(s): s for s in (self.standby, self.primary, *self._retired)}
+        for stopping in [s.stop() for s in servers.values()]:
             if stopping is not None:
                 stopping.wait()
         shutil.rmtree(self.base, ignore_errors=True)
