@@ -119,7 +119,8 @@ def detection_ready(engine: Engine) -> bool:
             _READY[engine] = True
         except (SQLAlchemyError, Exception) as exc:  # noqa: BLE001  # reported, then off
             log.warning("fail-over detection is off for %s: cannot create table "
-                        "flakekit_primary (%s); run `flakekit db upgrade`",
+                        "flakekit_primary (%s); start flakekit once with a role that may "
+                        "create tables (it holds one row per key and service)",
                         engine.url.render_as_string(hide_password=True),
                         str(getattr(exc, "orig", exc)).splitlines()[0])
             _READY[engine] = False
