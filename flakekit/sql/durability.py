@@ -118,10 +118,15 @@ def probe(conn: Connection) -> Durability:
 
 
 def _probe_postgresql(conn: Connection) -> Durability:
-    names = str(_scalar(conn, "SHOW synchronous_standby_names") or "").strip()
-    commit = str(_scalar(conn, "SHOW synchronous_commit") or "")
-    standbys = int(_scalar(conn, "SELECT count(*) FROM pg_stat_replication") or 0)
-    if _scalar(conn, "SELECT pg_is_in_recovery()"):
+    from sqlalchemy import text
+
+    row = conn.execute(text(  # one round trip: fetches re-read it on their own path
+        "SELECT current_setting('synchronous_standby_names'), "
+        "current_setting('synchronous_commit'), "
+        "(SELECT count(*) FROM pg_stat_replication), pg_is_in_recovery()")).one()
+    names, commit = str(row[0] or "").strip(), str(row[1] or "")
+    standbys = int(row[2] or 0)
+    if row[3]:
         return Durability("postgresql", "unknown", "the server is a standby in recovery "
                           "(read-only): point the backend at the primary", PG_FIX)
     if names and commit in _PG_SYNC_COMMIT:

@@ -49,6 +49,7 @@ __all__ = [
     "PrimaryChange",
     "announce",
     "check_primary",
+    "check_primary_reading",
     "detection_ready",
     "primary_identity",
     "prepare",
@@ -86,17 +87,28 @@ class PrimaryChange:
     new: str
 
 
+#: the identity columns of the answering server, by dialect (two: PostgreSQL's system
+#: identifier and timeline, MariaDB's server_id and nothing)
+_IDENTITY = {
+    "postgresql": "(SELECT system_identifier FROM pg_control_system())::text, "
+                  "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)",
+    "mysql": "@@server_id, NULL",
+}
+
+
+def _identity(dialect: str, first: Any, second: Any) -> str:
+    if dialect == "postgresql":
+        return f"system {first} timeline {int(second, 16)}"
+    return f"server_id {first}"
+
+
 def primary_identity(conn: Connection) -> str | None:
     """The answering primary's identity (None: SQLite, or a server flakekit cannot ask)."""
     dialect = dialect_of(conn)
-    if dialect == "postgresql":
-        row = conn.execute(text(
-            "SELECT (SELECT system_identifier FROM pg_control_system())::text, "
-            "substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)")).one()
-        return f"system {row[0]} timeline {int(row[1], 16)}"
-    if dialect == "mysql":
-        return f"server_id {conn.execute(text('SELECT @@server_id')).scalar_one()}"
-    return None
+    if dialect not in _IDENTITY:
+        return None
+    row = conn.execute(text(f"SELECT {_IDENTITY[dialect]}")).one()
+    return _identity(dialect, row[0], row[1])
 
 
 _READY: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
@@ -156,23 +168,34 @@ def check_primary(conn: Connection, scope: str) -> PrimaryChange | None:
     The row is locked only when it must change, so concurrent fetches of one key and
     renewals of one service do not queue behind each other in the common case.
     """
-    me = primary_identity(conn)
-    if me is None:
-        return None
+    return check_primary_reading(conn, scope)[0]
+
+
+def check_primary_reading(conn: Connection, scope: str, also: str = "NULL",
+                          params: dict[str, Any] | None = None,
+                          ) -> tuple[PrimaryChange | None, Any]:
+    """:func:`check_primary`, reading the SQL expression ``also`` in the same round trip
+    (a segment fetch reads the key's ``max_id`` so): (change, value of ``also``)."""
+    dialect = dialect_of(conn)
+    if dialect not in _IDENTITY:
+        return None, None
+    row = conn.execute(text(
+        f"SELECT {_IDENTITY[dialect]}, (SELECT writer FROM {primary_marker.name} "
+        f"WHERE scope = :fk_scope), {also}"), {"fk_scope": scope, **(params or {})}).one()
+    me = _identity(dialect, row[0], row[1])
+    if row[2] == me:
+        return None, row[3]
     t = primary_marker
     where = t.c.scope == scope
-    row = conn.execute(select(t.c.writer).where(where)).first()
-    if row is not None and row[0] == me:
-        return None
-    row = conn.execute(select(t.c.writer).where(where).with_for_update()).first()
-    if row is None:  # first use: concurrent first writers insert once
+    found = conn.execute(select(t.c.writer).where(where).with_for_update()).first()
+    if found is None:  # first use: concurrent first writers insert once
         _insert_if_absent(conn, scope, me)
-        row = conn.execute(select(t.c.writer).where(where).with_for_update()).one()
-    if row[0] == me:  # another session recorded it while we waited for the lock
-        return None
-    conn.execute(update(t).where(where).values(writer=me, previous=row[0],
-                                               detected_at=db_now(dialect_of(conn))))
-    return PrimaryChange(scope, row[0], me)
+        found = conn.execute(select(t.c.writer).where(where).with_for_update()).one()
+    if found[0] == me:  # another session recorded it while we waited for the lock
+        return None, row[3]
+    conn.execute(update(t).where(where).values(writer=me, previous=found[0],
+                                               detected_at=db_now(dialect)))
+    return PrimaryChange(scope, found[0], me), row[3]
 
 
 def _insert_if_absent(conn: Connection, scope: str, me: str) -> None:

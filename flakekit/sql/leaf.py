@@ -419,13 +419,16 @@ class SqlSegmentStore:
             with self._transaction(claim, returning) as conn:
                 if claim is not None:
                     self._fence(conn, key, claim, "fetch")  # before max_id moves
-                if detect:  # under the key's row lock: one detection per key
-                    conn.execute(select(t.c.max_id).where(t.c.biz_tag == key)
-                                 .with_for_update())
-                    change = failover.check_primary(conn, self._scope(key))
+                current = None
+                if detect:  # one round trip: the primary, its marker and max_id
+                    change, current = failover.check_primary_reading(
+                        conn, self._scope(key),
+                        f"(SELECT max_id FROM {self.table_name} WHERE biz_tag = :fk_key)",
+                        {"fk_key": key})
                     if change is not None:
                         self._skip_ahead(conn, key)
-                if floor:
+                if floor and (not detect or change is not None or (
+                        isinstance(current, int) and current < floor)):
                     raised = conn.execute(update(t).where(
                         t.c.biz_tag == key, t.c.max_id < floor).values(max_id=floor)).rowcount
                 if returning:
