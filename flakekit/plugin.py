@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from flakekit.pluginhost.host import get_host
     from flakekit.pluginhost.markers import hookimpl
     from flakekit.pluginhost.registry import Register
+    from flakekit.sql.durability import pool_durability
     from flakekit.sql.leaf import SqlSegmentStore
     from flakekit.sql.schema import (
         Component,
@@ -143,6 +144,7 @@ _WHERE = {
     "default_identity": "flakekit.assembly.kit",
     "resolve_layout": "flakekit.assembly.kit",
     "segments_report": "flakekit.builtin.segments",
+    "pool_durability": "flakekit.sql.durability",
     "store_targets": "flakekit.builtin.segments",
     "USAGE_ERRORS": "flakekit.cli",
     "config_option": "flakekit.cli",
@@ -331,6 +333,7 @@ __all__ = [
     "register_component",
     "resolve_layout",
     "segments_report",
+    "pool_durability",
     "store_targets",
     "suggest",
 ]

@@ -230,7 +230,12 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> Config:
     for name, table in _table(data.get("backends", {}), "backends").items():
         path = f"backends.{name}"
         table = _table(table, path)
-        check_keys(table, {"url", "options", *TIMEOUT_KEYS}, path)
+        check_keys(table, {"url", "options", "replication", *TIMEOUT_KEYS}, path)
+        replication = table.get("replication", "any")
+        if replication not in ("any", "synchronous"):
+            raise ConfigError(f"{path}.replication", "must be \"any\" (report what a "
+                              "commit survives) or \"synchronous\" (refuse to fetch or "
+                              f"grant without synchronous replication), got {replication!r}")
         url = table.get("url")
         if not isinstance(url, str) or not url:
             raise ConfigError(f"{path}.url", "is required: a SQLAlchemy URL such as "
@@ -241,7 +246,7 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> Config:
         options = _table(table.get("options", {}), f"{path}.options")
         if source is not None:
             url = anchor_sqlite_url(url, Path(source).parent)
-        backends[name] = BackendSettings(url=url, options=options,
+        backends[name] = BackendSettings(url=url, options=options, replication=replication,
                                          **timeouts_from_table(table, path))
     layouts = {}
     for name, table in _table(data.get("layouts", {}), "layouts").items():

@@ -23,7 +23,7 @@ from flakekit.values.timeunits import format_unit, parse_duration_ns
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
     from flakekit.assembly.context import BuildContext
 
-__all__ = ["SqlAllocatorSettings", "build_sql_allocator"]
+__all__ = ["SqlAllocatorSettings", "build_sql_allocator", "durability_report"]
 
 
 
@@ -152,7 +152,7 @@ def flakekit_register_allocators(register: Register) -> None:
 
 
 # -- commands ------------------------------------------------------------------------------
-from flakekit.cli import config_option  # noqa: E402  (one --config lookup for every command)
+from flakekit.cli import config_option, json_option  # noqa: E402  (one --config lookup for every command)
 
 
 @attrs.frozen
@@ -301,6 +301,59 @@ def db_upgrade(config_path: str | None) -> None:
     database newer than this flakekit is refused.
     """
     _schema_command(config_path, upgrade=True)
+
+
+def durability_report(config: Any) -> list[dict[str, Any]]:
+    """Every backend's durability verdict (``flakekit db check``, the server's status)."""
+    from flakekit.sql.backends import describe_engine
+    from flakekit.sql.durability import watch_for
+    from flakekit.sql.failover import FAILOVERS
+
+    pool = config.pool()
+    out: list[dict[str, Any]] = []
+    try:
+        for name, settings in config.backends.items():
+            engine = pool.engine(name, f"backends.{name}")
+            where = describe_engine(engine)
+            entry: dict[str, Any] = {"backend": name, "database": where,
+                                     "replication": settings.replication}
+            try:
+                verdict = watch_for(engine, name, settings.replication).read(engine)
+            except Exception as exc:  # noqa: BLE001  # one backend down: report, go on
+                entry.update(verdict="unreachable", ok=False,
+                             line=str(_db_error(exc, engine)))
+            else:
+                ok = verdict.synchronous or settings.replication == "any"
+                entry.update(verdict.to_dict(), ok=ok, line=verdict.line(name, where),
+                             failovers=FAILOVERS.get(where, 0))
+                if not ok:
+                    entry["line"] += ' (replication = "synchronous": fetches and grants refused)'
+            out.append(entry)
+    finally:
+        pool.dispose()
+    return out
+
+
+@db.command("check")
+@config_option
+@json_option
+def db_check(config_path: str | None, as_json: bool) -> None:
+    """What a commit survives on each backend, one line each (docs/replicated-databases.md).
+
+    Exits 1 when a backend cannot be reached or one with replication = "synchronous"
+    does not replicate synchronously.
+    """
+    from flakekit.assembly.config import load_config
+    from flakekit.cli.main import echo_json
+
+    report = durability_report(load_config(config_path))
+    if as_json:
+        echo_json(report)
+    else:
+        for entry in report:
+            click.echo(entry["line"])
+    if not all(entry["ok"] for entry in report):
+        raise SystemExit(1)
 
 
 @click.command("release")

@@ -120,11 +120,12 @@ def reply_limited_connection_class() -> Any:
     from psycopg import errors
 
     timed_out: type[BaseException] | None = getattr(errors, "_WaitTimeout", None)
+    durable = _durable_commit_class(psycopg)
     if timed_out is None or "timeout" not in inspect.signature(psycopg.Connection.wait).parameters:
-        _REPLY_LIMITED.append(psycopg.Connection)  # an older psycopg: no limit to add
-        return psycopg.Connection
+        _REPLY_LIMITED.append(durable)  # an older psycopg: no limit to add
+        return durable
 
-    class ReplyLimitedConnection(psycopg.Connection[Any]):
+    class ReplyLimitedConnection(durable):  # type: ignore[valid-type,misc]
         reply_timeout_s: float = 35.0
 
         def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
@@ -141,6 +142,47 @@ def reply_limited_connection_class() -> Any:
 
     _REPLY_LIMITED.append(ReplyLimitedConnection)
     return ReplyLimitedConnection
+
+
+#: the WARNING of a COMMIT whose wait for a synchronous standby was cancelled
+#: (``pg_cancel_backend``, a statement killer, a shutdown): committed on the primary only
+SYNC_CANCELLED = "wait for synchronous replication"
+
+
+def _durable_commit_class(psycopg: Any) -> Any:
+    """A psycopg ``Connection`` whose ``commit()`` fails when the server reported that it
+    stopped waiting for the synchronous standby.
+
+    PostgreSQL then keeps the commit locally and answers success with only a WARNING
+    (which psycopg drops unless a notice handler is registered): the range or lease it
+    recorded would be lost by a fail-over and handed out again. Raising here makes the
+    caller treat it as failed: the range is never used, the lease is not extended.
+    """
+
+    class DurableCommitConnection(psycopg.Connection):  # type: ignore[misc,name-defined]
+        sync_cancelled: str | None = None
+
+        def commit(self) -> None:
+            self.sync_cancelled = None
+            super().commit()
+            if self.sync_cancelled is not None:
+                said, self.sync_cancelled = self.sync_cancelled, None
+                raise psycopg.OperationalError(
+                    f"the commit was not made durable: PostgreSQL stopped waiting for the "
+                    f"synchronous standby ({said}); it is on the primary only, so flakekit "
+                    "does not use it (a fail-over would hand it out again)")
+
+    return DurableCommitConnection
+
+
+def watch_sync_cancellations(raw: Any) -> None:
+    """Register the notice handler that :func:`_durable_commit_class` reads."""
+    def on_notice(diag: Any) -> None:
+        message = str(getattr(diag, "message_primary", "") or "")
+        if SYNC_CANCELLED in message:
+            raw.sync_cancelled = message
+
+    raw.add_notice_handler(on_notice)
 
 
 def session_statements(dialect: str, settings: BackendSettings,
@@ -204,6 +246,9 @@ class BackendSettings:
             a peer cut off mid-transaction releases its locks.
         statement_timeout: the server cancels one statement after this long (default
             30 s; PostgreSQL ``statement_timeout``, MariaDB ``max_statement_time``).
+        replication: ``"any"`` (default) reports what a commit survives
+            (:mod:`flakekit.sql.durability`); ``"synchronous"`` refuses every fetch and
+            grant while the database does not replicate commits synchronously.
     """
 
     url: str
@@ -215,6 +260,8 @@ class BackendSettings:
         default=10 * NS, validator=_duration("idle_in_transaction_timeout"))
     statement_timeout: int = attrs.field(default=30 * NS,
                                          validator=_duration("statement_timeout"))
+    replication: str = attrs.field(default="any", validator=attrs.validators.in_(
+        ("any", "synchronous")))
 
     def __repr__(self) -> str:
         return f"BackendSettings(url={redact_url(self.url)!r})"
@@ -289,6 +336,9 @@ class BackendPool:
                     f"given: {', '.join(sorted(settings.options)) or '(none)'}",
                 ) from None
             _limit_sessions(engine, settings)
+            from flakekit.sql.durability import watch_for
+
+            watch_for(engine, name, settings.replication)
             self._engines[name] = engine
             return engine
 
@@ -336,6 +386,7 @@ def _limit_sessions(engine: Engine, settings: BackendSettings) -> None:
                                        cparams: dict[str, Any]) -> Any:
             raw = reply_limited_connection_class().connect(*cargs, **cparams)
             raw.reply_timeout_s = reply_s
+            watch_sync_cancellations(raw)
             return raw
 
     if dialect not in ("postgresql", "mysql", "mariadb"):

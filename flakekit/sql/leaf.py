@@ -64,7 +64,8 @@ from flakekit.errors import (
     SegmentRowError,
     UnknownKeyError,
 )
-from flakekit.sql import key_owner
+from flakekit.sql import failover, key_owner
+from flakekit.sql.durability import watch_for
 from flakekit.sql.schema import (
     Component,
     check_schema,
@@ -72,10 +73,11 @@ from flakekit.sql.schema import (
     read_version,
     register_component,
 )
-from flakekit.sql.settings import SqlStoreSettings
+from flakekit.sql.settings import DEFAULT_FAILOVER_SKIP, SqlStoreSettings
 from flakekit.sql.transactions import write_transaction
 from flakekit.values.periods import PERIOD_KEY, is_period_key
 from flakekit.values.timeunits import iso_utc
+from flakekit.values.events import NO_EVENTS, Events
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -262,7 +264,14 @@ class SqlSegmentStore:
 
     engine: Engine
     table_name: str = "leaf_alloc"
+    #: how far ``max_id`` jumps when a fetch finds the key last written by another
+    #: primary (:mod:`flakekit.sql.failover`; docs/replicated-databases.md)
+    failover_skip: int = DEFAULT_FAILOVER_SKIP
+    events: Events = NO_EVENTS
     _table: Table = attrs.field(init=False)
+    #: per key, the end of the last range this store handed out: a fetch never ends
+    #: below it (a database that went back is raised to it first)
+    _high: dict[str, int] = attrs.field(init=False, factory=dict)
     _checked: bool = attrs.field(init=False, default=False)
     _version_ok: bool = attrs.field(init=False, default=False)
 
@@ -274,7 +283,9 @@ class SqlSegmentStore:
         """The registered factory: ``factory(settings, context)``."""
         path = getattr(ctx, "path", "store")
         engine = ctx.backends.engine(settings.backend, f"{path}.backend")  # type: ignore[attr-defined]
-        return cls(engine, settings.table)
+        events = getattr(ctx, "events", NO_EVENTS)
+        watch_for(engine, settings.backend).listen(events)
+        return cls(engine, settings.table, settings.failover_skip, events)
 
     # -- naming for messages ------------------------------------------------------------
     @property
@@ -404,12 +415,34 @@ class SqlSegmentStore:
         )
         if not self._version_ok:
             self._check_version()
+        watch_for(self.engine).require(self.engine, f"fetch a segment of key {key!r}")
+        detect = failover.detection_ready(self.engine)
+        if detect:
+            try:
+                failover.prepare(self.engine, self._scope(key))
+            except SQLAlchemyError as exc:
+                raise self._translate(f"fetching a segment of key {key!r}", exc) from None
+        change: failover.PrimaryChange | None = None
+        floor = self._high.get(key, 0)
+        raised = 0
         returning = self.engine.dialect.update_returning
         read_back = select(t.c.max_id, t.c.step).where(t.c.biz_tag == key)
         try:
             with self._transaction(claim, returning) as conn:
                 if claim is not None:
                     self._fence(conn, key, claim, "fetch")  # before max_id moves
+                current = None
+                if detect:  # one round trip: the primary, its marker and max_id
+                    change, current = failover.check_primary_reading(
+                        conn, self._scope(key),
+                        f"(SELECT max_id FROM {self.table_name} WHERE biz_tag = :fk_key)",
+                        {"fk_key": key})
+                    if change is not None:
+                        self._skip_ahead(conn, key)
+                if floor and (not detect or change is not None or (
+                        isinstance(current, int) and current < floor)):
+                    raised = conn.execute(update(t).where(
+                        t.c.biz_tag == key, t.c.max_id < floor).values(max_id=floor)).rowcount
                 if returning:
                     row = conn.execute(stmt.returning(t.c.max_id, t.c.step)).first()
                 else:
@@ -429,7 +462,28 @@ class SqlSegmentStore:
         except SQLAlchemyError as exc:
             raise self._translate(f"fetching a segment of key {key!r}", exc) from None
         max_id, db_step = row[0], row[1]
+        if change is not None:
+            failover.announce(change, self.where, f"key {key!r}: max_id skipped ahead by "
+                              f"{self.failover_skip} before this range (it starts at "
+                              f"{max_id - (db_step if step is None else step)})", self.events)
+        elif raised:
+            log.error("segment store %s: key %r: max_id was below %d, the end of this "
+                      "process's last range: the database went back (a fail-over, a "
+                      "restore?); raised to it before this fetch", self.where, key, floor)
+        self._high[key] = max(floor, max_id)
         return Allocation(key, max_id, db_step if step is None else step, db_step)
+
+    def _scope(self, key: str) -> str:
+        return f"segments:{self.table_name}:{key}"[:255]
+
+    def _skip_ahead(self, conn: Connection, key: str) -> None:
+        """After a detected fail-over: ``max_id`` past anything the old primary may have
+        handed out and this replica never received (fenced: the marker row is locked)."""
+        t = self._table
+        skip = self.failover_skip
+        conn.execute(update(t).where(t.c.biz_tag == key, t.c.max_id >= 0,
+                                     t.c.max_id <= MAX_ID - skip)
+                     .values(max_id=t.c.max_id + skip))
 
     def _refusal(self, key: str, max_id: object, step: object, increment: int | None) -> Exception:
         """The error for a row that cannot serve a fetch (nothing was allocated)."""
@@ -550,7 +604,10 @@ class SqlSegmentStore:
         try:
             if claim is None:
                 with self.engine.begin() as conn:
-                    return conn.execute(stmt).rowcount == 1
+                    done = conn.execute(stmt).rowcount == 1
+                if done:
+                    self._high[key] = new_max_id
+                return done
             with write_transaction(self.engine) as conn:
                 try:
                     self._fence(conn, key, claim, "give back")

@@ -81,6 +81,7 @@ from flakekit.errors import (
     WorkerExhaustedError,
 )
 from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
+from flakekit.sql import failover
 from flakekit.sql.backends import describe_engine
 from flakekit.sql.dbclock import (
     aware_utc,
@@ -93,6 +94,7 @@ from flakekit.sql.dbclock import (
     retry_kind,
     retry_pause,
 )
+from flakekit.sql.durability import watch_for
 from flakekit.sql.schema import (
     WORKERS_COMPONENT,
     check_schema,
@@ -235,6 +237,8 @@ class SqlWorkerAllocator:
     _ip: str = attrs.field(init=False, default="")
     _host_name: str = attrs.field(init=False, default="")
     _held: dict[int, str] = attrs.field(init=False, factory=dict)
+    #: the port identity each held id was acquired with (a re-assert after a fail-over)
+    _ports: dict[int, int] = attrs.field(init=False, factory=dict)
     _schema_ok: bool = attrs.field(init=False, default=False)
     _lock_row_ok: bool = attrs.field(init=False, default=False)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
@@ -252,6 +256,7 @@ class SqlWorkerAllocator:
                 f"({self.heartbeat_ns / NS:g} s), or every lease lapses between heartbeats"
             )
         self._ip, self._host_name = resolve_host(self.host)
+        watch_for(self.engine).listen(self.events)
 
     # -- derived numbers --------------------------------------------------------------------
     @property
@@ -292,6 +297,9 @@ class SqlWorkerAllocator:
     def acquire(self, request: LeaseRequest) -> WorkerLease:
         """Lease a worker id in ``0..request.max_worker_id`` (one transaction, retried)."""
         self._wrap(self.ensure_schema)
+        watch_for(self.engine).require(self.engine, f"grant a worker id of service "
+                                       f"{self.service!r}")
+        detect = failover.detection_ready(self.engine)
         if request.host and not self.host:  # the request's identity, unless overridden
             self._ip, self._host_name = resolve_host(request.host)
         port = self.port or request.port
@@ -307,15 +315,23 @@ class SqlWorkerAllocator:
             try:
                 if not self._lock_row_ok:
                     self._create_lock_row()
+                if detect:
+                    failover.prepare(self.engine, self._scope)
                 with self.engine.begin() as conn:
-                    row, how = self._acquire_in(conn, request.max_worker_id, port, token,
-                                                request.instance, bound, stage, alerts)
-                    self._check_wait(row, how)
-                    allocated = conn.execute(
-                        select(func.count()).select_from(system_nodes).where(
-                            _t.service == self.service, _t.machine_id >= 0,
-                            _t.machine_id <= request.max_worker_id)
-                    ).scalar_one()
+                    # the quarantine's start is committed even when this acquire is refused
+                    if detect:  # after the service lock: a REPEATABLE READ snapshot
+                        self._lock_service(conn)  # must not predate the lock
+                    refused = self._failover_gate(conn) if detect else None
+                    if refused is None:
+                        row, how = self._acquire_in(conn, request.max_worker_id, port,
+                                                    token, request.instance, bound, stage,
+                                                    alerts)
+                        self._check_wait(row, how)
+                        allocated = conn.execute(
+                            select(func.count()).select_from(system_nodes).where(
+                                _t.service == self.service, _t.machine_id >= 0,
+                                _t.machine_id <= request.max_worker_id)
+                        ).scalar_one()
             except SQLAlchemyError as exc:
                 kind = retry_kind(exc)
                 lock_waits += kind == "lock"
@@ -337,9 +353,12 @@ class SqlWorkerAllocator:
                 for kind_, message, fields in alerts:  # after the transaction, not in it
                     self.events.alert(kind_, message, fields)
             break
+        if refused is not None:
+            raise BackendError(refused)
         worker_id, version, issued_until = row
         with self._lock:
             self._held[worker_id] = token
+            self._ports[worker_id] = port
         log.info("%s: %s worker %d (version %d) for %s", self.service, how, worker_id,
                  version, self.identity)
         size = request.max_worker_id + 1
@@ -356,6 +375,38 @@ class SqlWorkerAllocator:
             not_before_ns=issued_until,
             stamp_until_ns=max(bound, issued_until),  # what the row now holds
         )
+
+    @property
+    def _scope(self) -> str:
+        return f"workers:{self.service}"
+
+    def _failover_gate(self, conn: Connection) -> str | None:
+        """In the acquire transaction: detect a fail-over, and while its quarantine runs
+        return why no id may be granted (None: go on)."""
+        change = failover.check_primary(conn, self._scope)
+        ends = failover.quarantine_end(conn, self._scope, self.min_tier_ns)
+        if change is not None:
+            failover.announce(change, describe_engine(self.engine),
+                              f"service {self.service!r}: no worker id is granted until "
+                              f"{ends:%Y-%m-%dT%H:%M:%SZ}" if ends else "", self.events)
+        if ends is None:
+            return None
+        return (f"service {self.service!r}: no worker id is granted until "
+                f"{ends:%Y-%m-%dT%H:%M:%S}Z (database time): a database fail-over was "
+                "detected and leases the old primary granted may still be held (its copy "
+                f"of them may be lost); the quarantine lasts the shortest reclaim age "
+                f"({self.min_tier_ns / NS:g} s). Start again then, or use a consensus "
+                "store (zookeeper, etcd) for worker leases")
+
+    def _lock_service(self, conn: Connection) -> None:
+        """Take this service's acquire lock (its ``flakekit_schema`` row) in ``conn``."""
+        lock_row = lock_component(self.service)
+        locked = conn.execute(
+            update(schema_table).where(schema_table.c.component == lock_row)
+            .values(version=schema_table.c.version)
+        ).rowcount
+        if not locked:
+            conn.execute(schema_table.insert().values(component=lock_row, version=0))
 
     def _create_lock_row(self) -> None:
         """Create the service's acquire-lock row in a transaction of its own, once.
@@ -421,13 +472,7 @@ class SqlWorkerAllocator:
         # takes SQLite's write lock at once (like BEGIN IMMEDIATE) and PostgreSQL/MariaDB's
         # row lock. _create_lock_row made the row; one deleted since is made again here
         # (and held until commit: a concurrent acquire gets a unique conflict, retried).
-        lock_row = lock_component(self.service)
-        locked = conn.execute(
-            update(schema_table).where(schema_table.c.component == lock_row)
-            .values(version=schema_table.c.version)
-        ).rowcount
-        if not locked:
-            conn.execute(schema_table.insert().values(component=lock_row, version=0))
+        self._lock_service(conn)
         stage.append(f"a system_nodes row of service {self.service!r}")
         now = db_now(dialect)
         lapsed = db_now_minus(dialect, self.min_tier_ns)
@@ -642,7 +687,14 @@ class SqlWorkerAllocator:
         """
         send_mono = self.clock.monotonic_ns()
         bound = max(issued_until_ns, self.clock.time_ns() + self.lease_ns)
+        watch_for(self.engine).require(self.engine, f"renew worker {lease.worker_id} of "
+                                       f"service {self.service!r}")
+        detect = failover.detection_ready(self.engine)
+        change = None
+        reasserted = ""
         try:
+            if detect:
+                failover.prepare(self.engine, self._scope)
             with self.engine.begin() as conn:
                 done = conn.execute(
                     update(system_nodes)
@@ -650,16 +702,51 @@ class SqlWorkerAllocator:
                     .values(last_seen=db_now(dialect_of(conn)),
                             issued_until=self._raise_mark(bound))
                 ).rowcount
+                change = failover.check_primary(conn, self._scope) if detect else None
                 current = None if done else self._row(conn, lease.worker_id)
+                if not done and detect and failover.quarantine_end(
+                        conn, self._scope, self.min_tier_ns) is not None:
+                    reasserted = self._reassert(conn, lease, current, bound)
+                    done = 1
         except SQLAlchemyError as exc:
             raise BackendError(
                 f"heartbeat of worker {lease.worker_id} ({self.service}) failed: "
                 f"{db_message(exc)}"
             ) from None
+        if change is not None:
+            failover.announce(change, describe_engine(self.engine),
+                              f"service {self.service!r}: grants are quarantined for "
+                              f"{self.min_tier_ns / NS:g} s", self.events)
+        if reasserted:
+            log.warning("worker %d of service %r: %s on the new primary after a database "
+                        "fail-over; the lease goes on", lease.worker_id, self.service,
+                        reasserted)
         if not done:
             self._lost(lease, current)
         return attrs.evolve(lease, stamp_until_ns=bound, deadline_ns=lease_deadline_ns(
             send_mono, self.min_tier_ns, self.safety_window_ns))
+
+    def _reassert(self, conn: Connection, lease: WorkerLease,
+                  current: dict[str, Any] | None, bound: int) -> str:
+        """A live holder's row that a promoted replica lacks (or holds a stale copy of)
+        is written back as ours: during the quarantine nobody else was granted it."""
+        now = db_now(dialect_of(conn))
+        if current is not None:
+            conn.execute(update(system_nodes).where(
+                _t.service == self.service, _t.machine_id == lease.worker_id).values(
+                holder=lease.holder, version=lease.epoch, last_seen=now,
+                issued_until=self._raise_mark(bound)))
+            return (f"re-asserted its row (the replica's copy was stale: version "
+                    f"{current['version']}, holder {current['holder'] or '(nobody)'})")
+        port = self._ports.get(lease.worker_id, self.port)
+        slots = {r[0] for r in conn.execute(select(_t.slot).where(
+            _t.service == self.service, _t.host == self._ip, _t.port == port))}
+        conn.execute(system_nodes.insert().values(
+            service=self.service, machine_id=lease.worker_id, host=self._ip, port=port,
+            slot=next(i for i in range(len(slots) + 1) if i not in slots),
+            version=lease.epoch, last_seen=now, created_at=now, holder=lease.holder,
+            host_name=self._host_name, issued_until=bound))
+        return "re-created its row (the replica never received it)"
 
     def _ours(self, lease: WorkerLease) -> list[ColumnElement[bool]]:
         return [_t.service == self.service, _t.machine_id == lease.worker_id,

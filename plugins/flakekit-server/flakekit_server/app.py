@@ -49,11 +49,12 @@ from flakekit.plugin import (
     TimeOverflowError,
     UnknownKeyError,
     iso_utc,
+    pool_durability,
     suggest,
 )
 from flakekit_server.auth import Tokens
 from flakekit_server.cluster import ClusterHttp, Hints, epoch_header
-from flakekit_server.metrics import EVENTS, RequestStats, os_stats, render
+from flakekit_server.metrics import EVENTS, RequestStats, durability_metrics, os_stats, render
 
 __all__ = ["HttpError", "IdService", "Pending", "ServerOptions"]
 
@@ -815,7 +816,9 @@ class IdService:
     def _metrics(self, query: bytes, auth: bytes | None) -> Response:
         _params(query, {})
         snaps = self.snapshots()
-        return 200, PROM, render(snaps, self.supervision(snaps)).encode(), b"", "metrics"
+        text = render(snaps, self.supervision(snaps)) + durability_metrics(
+            pool_durability(self.kit.pool))
+        return 200, PROM, text.encode(), b"", "metrics"
 
     def _status(self, query: bytes, auth: bytes | None) -> Response:
         _params(query, {})
@@ -832,7 +835,7 @@ class IdService:
                 "time": time.time(),
             },
             "ready": not problems, "problems": problems, "processes": snaps,
-            "supervision": sup,
+            "supervision": sup, "databases": pool_durability(self.kit.pool),
         }
         return 200, JSON, json.dumps(body, default=str).encode(), b"", "status"
 

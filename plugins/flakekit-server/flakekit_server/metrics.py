@@ -368,3 +368,20 @@ def render(snapshots: Iterable[Mapping[str, Any]], supervision: Mapping[str, Any
         out.append(f"# TYPE {fam.name} {fam.kind}")
         out.extend(fam.samples)
     return "\n".join(out) + "\n"
+
+
+def durability_metrics(databases: Mapping[str, Mapping[str, Any]]) -> str:
+    """``flakekit_database_synchronous`` (1: commits replicated synchronously) and
+    ``flakekit_database_failovers_total`` per backend (docs/replicated-databases.md)."""
+    lines = ["# HELP flakekit_database_synchronous 1 when the backend's commits are "
+             "replicated synchronously (label verdict: what a commit survives)",
+             "# TYPE flakekit_database_synchronous gauge"]
+    for name, d in databases.items():
+        lines.append(f"flakekit_database_synchronous{_labels({'backend': name, 'verdict': d.get('verdict') or 'unknown'})} "
+                     f"{1 if d.get('synchronous') else 0}")
+    lines += ["# HELP flakekit_database_failovers_total database fail-overs detected",
+              "# TYPE flakekit_database_failovers_total counter"]
+    for name, d in databases.items():
+        lines.append(f"flakekit_database_failovers_total{_labels({'backend': name})} "
+                     f"{int(d.get('failovers') or 0)}")
+    return "\n".join(lines) + "\n"

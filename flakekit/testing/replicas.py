@@ -1,0 +1,255 @@
+"""Throw-away PostgreSQL servers for fail-over drills: a primary and a streaming standby.
+
+Replication runs through a :class:`~flakekit.testing.proxy.TcpProxy` the test can cut,
+and clients connect through a second proxy that :meth:`PgReplicaSet.repoint` moves to the
+promoted standby (as a VIP or a DNS switch would). Servers run as the ``postgres`` user
+when started by root (PostgreSQL refuses root), in a directory of their own under /tmp.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from flakekit.testing.databases import free_port
+from flakekit.testing.proxy import TcpProxy
+
+__all__ = ["PG_BIN", "MariaServer", "PgReplicaSet", "PgServer", "mariadb_binaries_missing",
+           "pg_binaries_missing", "private_base"]
+
+PG_BIN = Path(os.environ.get("FLAKEKIT_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+def pg_binaries_missing() -> str | None:
+    """Why the drills cannot run here (None: they can)."""
+    for tool in ("initdb", "pg_ctl", "pg_basebackup"):
+        if not (PG_BIN / tool).exists():
+            return f"PostgreSQL server binaries not found: {PG_BIN / tool}"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser: PostgreSQL refuses to run as root"
+    return None
+
+
+def _as_postgres() -> list[str]:
+    return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+
+def _run(*args: str) -> None:
+    done = subprocess.run([*_as_postgres(), *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(args)} failed: {(done.stderr or done.stdout).strip()}")
+
+
+class PgServer:
+    """One private PostgreSQL cluster on a free loopback port."""
+
+    def __init__(self, base: Path, name: str, settings: tuple[str, ...] = ()) -> None:
+        self.base = base
+        self.data = base / name
+        self.port = free_port()
+        self.settings = settings
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def initdb(self) -> PgServer:
+        """A new cluster: a copy of one made once per process (initdb takes seconds)."""
+        _run("cp", "-a", str(_template()), str(self.data))
+        return self
+
+    def start(self) -> PgServer:
+        opts = " ".join([f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.base}",
+                         "-c fsync=off -c full_page_writes=off",
+                         *(f"-c {s}" for s in self.settings)])
+        _run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l",
+             str(self.base / f"{self.data.name}.log"), "-w", "-o", opts, "start")
+        return self
+
+    def kill9(self) -> None:
+        """kill -9 of the postmaster (its children exit when they notice)."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+
+    def promote(self) -> None:
+        _run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "promote")
+
+    def stop(self) -> subprocess.Popen[bytes] | None:
+        """Stop it at once (started, not waited for: see :meth:`PgReplicaSet.stop`)."""
+        if not (self.data / "postmaster.pid").exists():
+            return None
+        return subprocess.Popen([*_as_postgres(), str(PG_BIN / "pg_ctl"), "-D",
+                                 str(self.data), "-m", "immediate", "-w", "stop"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+_TEMPLATE: list[Path] = []
+
+
+def _template() -> Path:
+    if not _TEMPLATE:
+        base = private_base("flakekit-pg-template-")
+        atexit.register(shutil.rmtree, base, True)
+        _run(str(PG_BIN / "initdb"), "-D", str(base / "data"), "--auth=trust", "-U",
+             "postgres", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+        _TEMPLATE.append(base / "data")
+    return _TEMPLATE[0]
+
+
+def private_base(prefix: str) -> Path:
+    """A directory under /tmp the ``postgres`` user owns (pytest's tmp is mode 700)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+    return base
+
+
+class PgReplicaSet:
+    """A primary, a standby streaming from it through ``replication`` (a proxy), and
+    ``clients``, the proxy clients connect to (:attr:`url`)."""
+
+    def __init__(self, primary_settings: tuple[str, ...] = ()) -> None:
+        self.base = private_base("flakekit-replicas-")
+        self.primary = PgServer(self.base, "primary", primary_settings)
+        self.standby = PgServer(self.base, "standby")
+        self.replication: TcpProxy | None = None
+        self.clients: TcpProxy | None = None
+        self._retired: list[PgServer] = []
+
+    def start(self) -> PgReplicaSet:
+        self.primary.initdb().start()
+        self._stream_to(self.standby)
+        self.clients = TcpProxy(self.primary.port).start()
+        return self
+
+    def _stream_to(self, standby: PgServer) -> None:
+        """Make ``standby`` a streaming copy of the primary, through a new proxy."""
+        if self.replication is not None:
+            self.replication.stop()
+        self.replication = TcpProxy(self.primary.port).start()
+        _run(str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p",
+             str(self.replication.port), "-U", "postgres", "-D", str(standby.data),
+             "-R", "-X", "stream", "-c", "fast")
+        standby.start()
+
+    def new_standby(self) -> None:
+        """After :meth:`fail_over`: a fresh standby of the new primary (for a second)."""
+        self._retired.append(self.standby)
+        self.standby = PgServer(self.base, f"standby{len(self._retired)}")
+        self._stream_to(self.standby)
+
+    @property
+    def url(self) -> str:
+        assert self.clients is not None
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.clients.port}/postgres"
+
+    def cut_replication(self) -> None:
+        assert self.replication is not None
+        self.replication.cut()
+
+    def fail_over(self) -> None:
+        """kill -9 the primary, promote the standby, re-point the clients at it."""
+        assert self.clients is not None
+        self.primary.kill9()
+        self.standby.promote()
+        self.clients.target_port = self.standby.port
+        self.clients.cut()
+        self.clients.restore()
+        self._retired.append(self.primary)
+        self.primary, self.standby = self.standby, self.primary  # the dead one stays down
+
+    def stop(self) -> None:
+        for proxy in (self.clients, self.replication):
+            if proxy is not None:
+                proxy.stop()
+        servers = {id(s): s for s in (self.standby, self.primary, *self._retired)}
+        for stopping in [s.stop() for s in servers.values()]:
+            if stopping is not None:
+                stopping.wait()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def mariadb_binaries_missing() -> str | None:
+    """Why a private MariaDB cannot run here (None: it can)."""
+    for tool in ("mariadbd", "mariadb-install-db"):
+        if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
+            return f"MariaDB server binaries not found: {tool}"
+    return None
+
+
+class MariaServer:
+    """One private MariaDB server (binary log on, ``server_id``, extra ``options``) on a
+    free loopback port; root with an empty password."""
+
+    def __init__(self, server_id: int = 1, options: tuple[str, ...] = ()) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="flakekit-mariadb-"))
+        if os.geteuid() == 0:
+            shutil.chown(self.base, "mysql", "mysql")
+        self.port = free_port()
+        self.server_id = server_id
+        self.options = options
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mysql+pymysql://root@127.0.0.1:{self.port}/mysql"
+
+    def start(self) -> MariaServer:
+        data = self.base / "data"
+        subprocess.run(["mariadb-install-db", "--user=mysql", f"--datadir={data}",
+                        "--auth-root-authentication-method=normal", "--skip-test-db"],
+                       check=True, capture_output=True)
+        self.process = subprocess.Popen(
+            ["mariadbd", "--no-defaults", "--user=mysql", f"--datadir={data}",
+             f"--socket={self.base / 'sock'}", f"--pid-file={self.base / 'pid'}",
+             "--bind-address=127.0.0.1", f"--port={self.port}",
+             f"--log-bin={data / 'bin'}", f"--server-id={self.server_id}", *self.options],
+            stdout=subprocess.DEVNULL, stderr=open(self.base / "err.log", "wb"))  # noqa: SIM115
+        from flakekit.testing.databases import listening
+
+        deadline = time.monotonic() + 30
+        while not listening(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("mariadbd did not start: "
+                                   + (self.base / "err.log").read_text()[-500:])
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def main(env_file: str) -> None:
+    """``python -m flakekit.testing.replicas ENV_FILE`` (scripts/replicas.sh): start a
+    replica set, write its URLs to ENV_FILE, then on SIGUSR1 cut the replication, on
+    SIGUSR2 fail over (kill -9, promote, re-point), on SIGTERM stop everything."""
+    import threading
+
+    rs = PgReplicaSet().start()
+    Path(env_file).write_text(
+        f"FLAKEKIT_REPLICAS_URL={rs.url}\nFLAKEKIT_REPLICAS_PRIMARY_URL={rs.primary.url}\n"
+        f"FLAKEKIT_REPLICAS_STANDBY_URL={rs.standby.url}\n")
+    done = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda *_: rs.cut_replication())
+    signal.signal(signal.SIGUSR2, lambda *_: rs.fail_over())
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        rs.stop()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1])
