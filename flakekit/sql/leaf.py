@@ -75,9 +75,9 @@ from flakekit.sql.schema import (
 )
 from flakekit.sql.settings import DEFAULT_FAILOVER_SKIP, SqlStoreSettings
 from flakekit.sql.transactions import write_transaction
+from flakekit.values.events import NO_EVENTS, Events
 from flakekit.values.periods import PERIOD_KEY, is_period_key
 from flakekit.values.timeunits import iso_utc
-from flakekit.values.events import NO_EVENTS, Events
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
