@@ -298,3 +298,21 @@ class TestScriptFriendly:
         assert code == 0, err
         data = json.loads(out)
         assert (data["generator"], data["worker_id"], data["released"]) == ("orders", 0, True)
+
+    def test_db_init_and_upgrade_json(self, capsys, tmp_path, sqlite_url):
+        """`db init --json` / `db upgrade --json`: one object per backend and component,
+        with what was created, and the same line the text form prints."""
+        cfg = tmp_path / "d.toml"
+        cfg.write_text(f'[backends.main]\nurl = "{sqlite_url}"\n\n[generators.orders]\n'
+                       'layout = "snowflake"\nallocator = { type = "sql", backend = "main", '
+                       'service = "orders" }\n')
+        code, out, err = run(capsys, "db", "init", "-c", str(cfg), "--json")
+        assert code == 0, err
+        [first] = json.loads(out)
+        assert (first["backend"], first["component"], first["before"]) == ("main", "workers", None)
+        assert first["created"] == ["system_nodes"] and first["changed"] is True
+        code, out, err = run(capsys, "db", "upgrade", "-c", str(cfg), "--json")
+        assert code == 0, err
+        [again] = json.loads(out)
+        assert again["before"] == again["after"] == again["latest"] and again["changed"] is False
+        assert again["created"] == [] and "up to date" in again["line"]

@@ -256,7 +256,7 @@ def _schema_targets(config: Any) -> list[tuple[str, Any]]:
     return [(backend, comp) for (backend, _), comp in wanted.items()]
 
 
-def _schema_command(config_path: str | None, upgrade: bool) -> None:
+def _schema_command(config_path: str | None, upgrade: bool, as_json: bool = False) -> None:
     from sqlalchemy.exc import DBAPIError
 
     from flakekit.assembly.config import load_config
@@ -268,6 +268,7 @@ def _schema_command(config_path: str | None, upgrade: bool) -> None:
     apply = schema.upgrade_schema if upgrade else schema.init_schema
     shown = config_path or config.source or ""  # "": the embedded default, no -c
     pool = config.pool()
+    report: list[dict[str, Any]] = []
     try:
         for backend, comp in targets:
             engine = pool.engine(backend, f"backends.{backend}")
@@ -275,32 +276,46 @@ def _schema_command(config_path: str | None, upgrade: bool) -> None:
                 change = apply(engine, comp)
             except DBAPIError as exc:
                 raise _db_error(exc, engine) from None
-            click.echo(f"backends.{backend} ({describe_engine(engine)}): "
-                       f"{change.describe(shown)}")
+            line = f"backends.{backend} ({describe_engine(engine)}): {change.describe(shown)}"
+            if as_json:
+                report.append({
+                    "backend": backend, "database": describe_engine(engine),
+                    "component": change.component, "before": change.before,
+                    "after": change.after, "latest": change.latest,
+                    "created": list(change.created), "changed": change.changed,
+                    "pending": change.pending, "line": line})
+            else:
+                click.echo(line)
     finally:
         pool.dispose()
+    if as_json:
+        from flakekit.cli.main import echo_json
+
+        echo_json(report)
 
 
 @db.command("init")
 @config_option
-def db_init(config_path: str | None) -> None:
+@json_option
+def db_init(config_path: str | None, as_json: bool) -> None:
     """Create the tables every generator of the config needs (idempotent).
 
     Existing tables are left as they are; an older schema is reported with the `db
     upgrade` to run.
     """
-    _schema_command(config_path, upgrade=False)
+    _schema_command(config_path, upgrade=False, as_json=as_json)
 
 
 @db.command("upgrade")
 @config_option
-def db_upgrade(config_path: str | None) -> None:
+@json_option
+def db_upgrade(config_path: str | None, as_json: bool) -> None:
     """Create what is missing and apply the schema migrations in order (idempotent).
 
     Two upgrades of one database at once run one after the other (a database lock). A
     database newer than this flakekit is refused.
     """
-    _schema_command(config_path, upgrade=True)
+    _schema_command(config_path, upgrade=True, as_json=as_json)
 
 
 def durability_report(config: Any) -> list[dict[str, Any]]:
