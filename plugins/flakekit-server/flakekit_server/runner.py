@@ -17,6 +17,7 @@ there which processes it expects, which are serving and how often each was resta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from flakekit.plugin import ConfigError, FlakekitError
@@ -143,22 +144,35 @@ def run_worker(
     sys.setswitchinterval(0.001)
     loop, loop_name = new_loop(options.loop)
     asyncio.set_event_loop(loop)
-    # before the join: a SIGTERM at any moment of the start-up ends in the graceful path
-    # below (the node leaves the cluster), never in a kill that leaves its row alive
+    # Signals during the start-up, before the loop runs (its handlers would only fire
+    # once it does): outside the join a SIGTERM/SIGINT interrupts the start at once (the
+    # kit then closes what it holds); inside the join it is kept until the join is done,
+    # and the node then leaves at once. Never a kill that leaves the member row alive.
+    startup = _StartupSignals()
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     kit = build_kit(config, get_host(), identity=_identity(
         options.port if options.requested_port is None else options.requested_port, process),
         as_member=False)
     service: IdService | None = None
     try:
-        kit.start()
-        node = None
-        if getattr(config, "cluster", None) is not None:
-            # joins the membership; the strict generators are served through it from now on
-            node = kit.cluster_node(node=options.node, advertise=options.advertise)
-            node.start()
+        try:
+            with startup.installed():
+                kit.start()
+                node = None
+                if getattr(config, "cluster", None) is not None:
+                    # joins the membership; the strict generators are served through it
+                    node = kit.cluster_node(node=options.node, advertise=options.advertise)
+                    with startup.deferred():
+                        node.start()
+                startup.hand_over(loop, stop.set)   # no gap without a handler
+        except _StartupInterrupted as exc:
+            log.info("process %d: %s during the start-up; stopping", process,
+                     signal.Signals(exc.signum).name)
+            return 0
+        if startup.asked is not None:   # came during the join: leave without serving
+            log.info("process %d: %s during the join; leaving", process,
+                     signal.Signals(startup.asked).name)
+            return 0
         service = IdService(kit, options, process=process, run_dir=run_dir,
                             stack=f"httptools + {loop_name}", cluster=node)
         from flakekit_server import otel_available
@@ -201,6 +215,57 @@ def run_worker(
             kit.close()
             loop.close()
     return 0
+
+
+class _StartupInterrupted(Exception):
+    """A SIGTERM/SIGINT arrived while the kit was starting (not inside the join)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StartupSignals:
+    """SIGTERM/SIGINT handlers for the blocking start-up of a worker process: raise
+    :class:`_StartupInterrupted` at once, except inside :meth:`deferred` (the cluster
+    join), where the signal is only remembered in :attr:`asked`."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.asked: int | None = None
+        self._defer = False
+        self._handed_over = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.asked = signum
+        if not self._defer:
+            raise _StartupInterrupted(signum)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        before = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        try:
+            yield
+        finally:
+            if not self._handed_over:
+                for sig, handler in before.items():
+                    signal.signal(sig, handler)
+
+    def hand_over(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+        """From now on the loop's handlers (``callback``) take the signals."""
+        self._defer = True   # a signal between the two installs is only remembered
+        for sig in self.SIGNALS:
+            loop.add_signal_handler(sig, callback)
+        self._handed_over = True
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self._defer = True
+        try:
+            yield
+        finally:
+            self._defer = False
 
 
 async def _publish(service: IdService, interval: float = 1.0) -> None:
