@@ -179,8 +179,15 @@ def test_to_duration_passes_a_duration_through_but_checks_its_bounds():
 
 
 def test_a_bad_duration_names_its_field():
-    """Through the config path the one error text gets the field's dotted path."""
+    """Built directly, a FieldError names the field; through the config path the one
+    error text gets the field's dotted path."""
     from flakekit.builtin.http_lease import HttpAllocatorSettings
+    from flakekit.errors import FieldError
+    from flakekit.values.clock import SystemSettings
+
+    with pytest.raises(FieldError, match="finite") as info:
+        SystemSettings(max_backward=float("nan"))
+    assert info.value.field == "max_backward"
 
     with pytest.raises(ConfigError, match=r"^x\.timeout: must be a positive duration such "
                                           r"as '5s', got 0$"):

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
 from typing import Any, overload
 
 import attrs
+
+from flakekit.errors import FieldError
 
 __all__ = [
     "MAX_DURATION_NS", "Duration", "duration_field", "format_unit", "iso_utc", "parse_duration_ns",
@@ -90,16 +91,19 @@ def duration_field(default: object = attrs.NOTHING, *, unit: str = "s", minimum:
                    maximum: int = MAX_DURATION_NS, example: str = "10s",
                    optional: bool = False, **kwargs: Any) -> Any:
     """An attrs field holding a :class:`Duration` read by :func:`to_duration`
-    (``optional``: ``None`` stays ``None``). ``default`` is written as config would
-    write it (``"10s"``; an ``attrs.Factory`` returns a :class:`Duration`); ``kwargs``
-    go to ``attrs.field``."""
-    def convert(value: object) -> Duration | None:
+    (``optional``: ``None`` stays ``None``); a bad value raises a ``FieldError`` naming
+    the field. ``default`` is written as config would write it (``"10s"``; an
+    ``attrs.Factory`` returns a :class:`Duration`); ``kwargs`` go to ``attrs.field``."""
+    def convert(value: object, field: attrs.Attribute[Any]) -> Duration | None:
         if value is None and optional:
             return None
-        return to_duration(value, unit=unit, minimum=minimum, maximum=maximum,
-                           example=example)
-    converter: Callable[[object], Duration | None] = convert
-    return attrs.field(default=default, converter=converter, **kwargs)
+        try:
+            return to_duration(value, unit=unit, minimum=minimum, maximum=maximum,
+                               example=example)
+        except ValueError as exc:
+            raise FieldError(field.name, str(exc)) from None
+    return attrs.field(default=default, converter=attrs.Converter(convert, takes_field=True),
+                       **kwargs)
 
 
 def parse_unit_ns(value: object) -> int:
