@@ -114,7 +114,13 @@ if TYPE_CHECKING:
         SegmentStats,
         SnowflakeStats,
     )
-    from flakekit.values.timeunits import iso_utc, parse_duration_ns
+    from flakekit.values.timeunits import (
+        Duration,
+        duration_field,
+        iso_utc,
+        parse_duration_ns,
+        to_duration,
+    )
 
 # name -> module; imported on first use so that loading a plugin stays cheap
 _WHERE = {
@@ -225,6 +231,9 @@ _WHERE = {
     "LATENCY_BUCKETS_S": "flakekit.values.stats",
     "SnowflakeStats": "flakekit.values.stats",
     "parse_duration_ns": "flakekit.values.timeunits",
+    "Duration": "flakekit.values.timeunits",
+    "duration_field": "flakekit.values.timeunits",
+    "to_duration": "flakekit.values.timeunits",
 }
 
 
@@ -330,6 +339,9 @@ __all__ = [
     "hookimpl",
     "load_config",
     "parse_duration_ns",
+    "Duration",
+    "duration_field",
+    "to_duration",
     "register_component",
     "resolve_layout",
     "segments_report",

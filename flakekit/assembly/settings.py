@@ -137,8 +137,11 @@ def build_settings(cls: type[T] | None, table: Mapping[str, Any], path: str) -> 
 def _check_field(field: Any, value: Any, where: str) -> None:
     """Run one field's converter and validator now, so an error names that field."""
     try:
-        if field.converter is not None:
-            value = field.converter(value)
+        convert: Any = field.converter
+        if isinstance(field.converter, attrs.Converter):  # called as (value, instance, field)
+            value = convert(value, None, field)
+        elif convert is not None:
+            value = convert(value)
         if field.validator is not None:
             field.validator(None, field, value)
     except (ValueError, TypeError) as exc:

@@ -29,7 +29,7 @@ from flakekit.errors import BackendError, ConfigError, LeaseLostError
 from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
 from flakekit.pluginhost.markers import hookimpl
 from flakekit.pluginhost.registry import Register
-from flakekit.values.timeunits import parse_duration_ns
+from flakekit.values.timeunits import Duration, duration_field
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
     from flakekit.assembly.context import BuildContext
@@ -41,17 +41,6 @@ NS = 1_000_000_000
 #: the largest safety window used when none is configured (else a fifth of the validity)
 MAX_DEFAULT_WINDOW_NS = 5 * NS
 PREFIX = "/api/v1/leases/"
-
-
-def _positive(value: Any) -> int:
-    ns = parse_duration_ns(value)
-    if ns <= 0:
-        raise ValueError(f"must be a positive duration such as '5s', got {value!r}")
-    return ns
-
-
-def _window(value: Any) -> int | None:
-    return None if value is None else _positive(value)
 
 
 def _url(value: Any) -> str:
@@ -83,8 +72,9 @@ class HttpAllocatorSettings:
     url: str = attrs.field(converter=_url)
     token: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     generator: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    timeout: int = attrs.field(default="5s", converter=_positive)  # type: ignore[assignment]  # converted
-    safety_window: int | None = attrs.field(default=None, converter=_window)
+    timeout: Duration = duration_field("5s", minimum=1, example="5s")
+    safety_window: Duration | None = duration_field(None, minimum=1, example="5s",
+                                                     optional=True)
 
 
 @attrs.define
@@ -189,9 +179,8 @@ class HttpAllocator:
         try:
             valid = int(answer["valid_for_ns"])
             self._interval = float(answer["renew_interval_s"])
-            window = self.settings.safety_window
-            if window is None:
-                window = min(valid // 5, MAX_DEFAULT_WINDOW_NS)
+            configured = self.settings.safety_window
+            window = min(valid // 5, MAX_DEFAULT_WINDOW_NS) if configured is None else configured
             deadline = send + valid - window
             stamp_until = int(answer["stamp_until_ns"])
             lease = WorkerLease(

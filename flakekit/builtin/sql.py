@@ -18,7 +18,7 @@ from attrs.validators import instance_of, optional
 from flakekit.errors import BackendError, ConfigError, FieldError, FlakekitError
 from flakekit.pluginhost.markers import hookimpl
 from flakekit.pluginhost.registry import Register
-from flakekit.values.timeunits import format_unit, parse_duration_ns
+from flakekit.values.timeunits import Duration, duration_field, format_unit, to_duration
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
     from flakekit.assembly.context import BuildContext
@@ -27,14 +27,7 @@ __all__ = ["SqlAllocatorSettings", "build_sql_allocator", "durability_report"]
 
 
 
-def _duration(value: Any) -> int:
-    ns = parse_duration_ns(value)
-    if ns <= 0:
-        raise ValueError(f"must be a positive duration such as '10s', got {value!r}")
-    return ns
-
-
-def _tiers(value: Any) -> tuple[int, ...]:
+def _tiers(value: Any) -> tuple[Duration, ...]:
     """``["7d", "1d", "1h"]`` → ns, longest first; at least one, strictly decreasing."""
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         value = [value]
@@ -42,7 +35,7 @@ def _tiers(value: Any) -> tuple[int, ...]:
         raise ValueError(
             f"reclaim_after must be a list of ages such as [\"7d\", \"1d\", \"1h\"], got {value!r}"
         )
-    tiers = tuple(_duration(item) for item in value)
+    tiers = tuple(to_duration(item, minimum=1) for item in value)
     if any(a <= b for a, b in zip(tiers, tiers[1:], strict=False)):
         raise ValueError(
             "reclaim_after must go from the longest age to the shortest (e.g. "
@@ -92,13 +85,13 @@ class SqlAllocatorSettings:
                                           attrs.validators.max_len(64)]))
     host: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     port: int | None = attrs.field(default=None, converter=_port)
-    heartbeat: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
-    reclaim_after: tuple[int, ...] = attrs.field(
+    heartbeat: Duration = duration_field("10s", minimum=1)
+    reclaim_after: tuple[Duration, ...] = attrs.field(
         default=("7d", "1d", "1h"), converter=_tiers)
-    safety_window: int = attrs.field(default="5s", converter=parse_duration_ns,  # type: ignore[assignment]  # converted
-                                     validator=lambda _s, _a, v: _at_least_10ms(int(v)))
+    safety_window: Duration = duration_field(
+        "5s", validator=lambda _s, _a, v: _at_least_10ms(v))
     create_schema: bool | None = attrs.field(default=None, validator=optional(instance_of(bool)))
-    max_start_wait: int = attrs.field(default="10s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
+    max_start_wait: Duration = duration_field("10s")
 
     def __attrs_post_init__(self) -> None:
         shortest = min(self.reclaim_after)

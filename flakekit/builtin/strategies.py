@@ -20,7 +20,7 @@ from flakekit.errors import ConfigError, LayoutError
 from flakekit.generators.segment_settings import SegmentSettings
 from flakekit.pluginhost.markers import hookimpl
 from flakekit.pluginhost.registry import Register
-from flakekit.values.timeunits import parse_duration_ns
+from flakekit.values.timeunits import Duration, duration_field
 
 if TYPE_CHECKING:  # the generators and contracts load when a factory runs, not for --help
     from flakekit.assembly.context import BuildContext
@@ -82,7 +82,7 @@ class SnowflakeStrategySettings:
         if value is not None and value not in ON_LEASE_LOST:
             raise ValueError(f"expected one of {', '.join(map(repr, ON_LEASE_LOST))}, "
                              f"got {value!r}")
-    max_start_wait: Any = 10
+    max_start_wait: Duration = duration_field(10)
     description: str = ""
     workers: Any = None  # checked by build_snowflake against the layout's worker ids
 
@@ -183,10 +183,7 @@ def build_snowflake(settings: SnowflakeStrategySettings, ctx: BuildContext) -> S
     nodes = settings.nodes
     if not isinstance(nodes, dict):
         raise ConfigError(f"{path}.nodes", "expected a table such as nodes = {region = 1}")
-    try:
-        wait_s = parse_duration_ns(settings.max_start_wait) / 1e9
-    except ValueError as exc:
-        raise ConfigError(f"{path}.max_start_wait", str(exc)) from None
+    wait_s = settings.max_start_wait / 1e9
     try:
         return SnowflakeGenerator(
             layout, clock, allocators, name=ctx.generator, events=ctx.events,

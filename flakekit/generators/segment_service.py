@@ -184,8 +184,6 @@ class SegmentService:
                     raise UnknownKeyError(key)
                 self._known.add(key)
                 self._unknown.pop(key, None)
-            # the settings as they are: attrs.evolve would run the duration converters
-            # again and read grow_below's nanoseconds as seconds (the key comes apart)
             gen = SegmentGenerator(
                 self.store, key, self.settings, clock=self.clock, events=self.events, name=key,
                 pool=self.pool,

@@ -12,13 +12,9 @@ import attrs
 
 from flakekit.errors import FieldError
 from flakekit.values.keys import key_problem
-from flakekit.values.timeunits import parse_duration_ns
+from flakekit.values.timeunits import Duration, duration_field
 
 __all__ = ["SegmentSettings"]
-
-
-def _duration(value: object) -> int:
-    return parse_duration_ns(value, default_unit="s")
 
 
 def _fraction(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -99,18 +95,18 @@ class SegmentSettings:
     max_step: int = attrs.field(
         default=1_000_000, validator=[attrs.validators.instance_of(int), _positive]
     )
-    grow_below: int = attrs.field(default="15min", converter=_duration)  # type: ignore[assignment]  # converted
-    shrink_after: int = attrs.field(default="30min", converter=_duration)  # type: ignore[assignment]  # converted
-    wait_budget: int = attrs.field(default="1s", converter=_duration)  # type: ignore[assignment]  # converted
+    grow_below: Duration = duration_field("15min")
+    shrink_after: Duration = duration_field("30min")
+    wait_budget: Duration = duration_field("1s")
     give_back: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     preload: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    retry_min: int = attrs.field(default="50ms", converter=_duration)  # type: ignore[assignment]  # converted
-    retry_max: int = attrs.field(default="2s", converter=_duration)  # type: ignore[assignment]  # converted
+    retry_min: Duration = duration_field("50ms")
+    retry_max: Duration = duration_field("2s")
     hunger: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     hunger_max: int = attrs.field(
         default=16, validator=[attrs.validators.instance_of(int), _positive]
     )
-    segment_ttl: int = attrs.field(default=0, converter=_duration)
+    segment_ttl: Duration = duration_field(0)
     fetch_threads: int = attrs.field(
         default=8, validator=[attrs.validators.instance_of(int), _positive, attrs.validators.le(1024)]
     )
@@ -125,8 +121,8 @@ class SegmentSettings:
     period_start: int = attrs.field(
         default=1, validator=[attrs.validators.instance_of(int), attrs.validators.ge(0)]
     )
-    boundary_margin: int = attrs.field(default="100ms", converter=_duration)  # type: ignore[assignment]  # converted
-    clock_sync: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
+    boundary_margin: Duration = duration_field("100ms")
+    clock_sync: Duration = duration_field("10s")
 
     def __attrs_post_init__(self) -> None:
         self._check_period()

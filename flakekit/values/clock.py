@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from flakekit.values.timeunits import Duration, duration_field
+
 __all__ = ["Clock", "MonotonicClock", "SystemClock"]
 
 
@@ -67,13 +69,6 @@ class MonotonicClock:
         return cls()
 
 
-def _as_ns(value: object) -> int:
-    """Accept milliseconds as int/float, or strings such as "5ms", "1s"."""
-    from flakekit.values.timeunits import parse_duration_ns
-
-    return parse_duration_ns(value, default_unit="ms")
-
-
 @attrs.frozen
 class SystemSettings:
     """Settings of the ``system`` clock.
@@ -83,8 +78,8 @@ class SystemSettings:
             ``ClockMovedBackwardsError`` instead of waiting (default 5 ms).
     """
 
-    # the converter reads a bare number as milliseconds, so the default is a string
-    max_backward: int = attrs.field(default="5ms", converter=_as_ns)  # type: ignore[assignment]  # converted
+    # a bare number in config is milliseconds
+    max_backward: Duration = duration_field("5ms", unit="ms")
 
 
 @attrs.define

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import overload
+from typing import Any, overload
+
+import attrs
+
+from flakekit.errors import FieldError
 
 __all__ = [
-    "MAX_DURATION_NS", "format_unit", "iso_utc", "parse_duration_ns", "parse_epoch_ms",
-    "parse_unit_ns",
+    "MAX_DURATION_NS", "Duration", "duration_field", "format_unit", "iso_utc", "parse_duration_ns",
+    "parse_epoch_ms", "parse_unit_ns", "to_duration",
 ]
 
 _SUFFIX_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
@@ -49,6 +53,57 @@ def _at_most_max(ns: int, value: object) -> int:
             f"nanoseconds), got {value!r}"
         )
     return ns
+
+
+class Duration(int):
+    """Nanoseconds that :func:`to_duration` has already read.
+
+    A settings field holds one so that its converter can tell a value it read (passed
+    through, so ``attrs.evolve(settings)`` keeps every duration) from a config value,
+    whose bare number is in the field's unit (seconds; milliseconds for a clock's
+    ``max_backward``). It is an ``int`` everywhere else: arithmetic gives plain ints.
+    """
+
+    __slots__ = ()
+
+
+def to_duration(value: object, *, unit: str = "s", minimum: int = 0,
+                maximum: int = MAX_DURATION_NS, example: str = "10s") -> Duration:
+    """``value`` as a checked :class:`Duration`: the one converter of every duration
+    setting. A :class:`Duration` is only checked against the bounds, anything else is
+    parsed first (``"5ms"``, ``"7d"``, a bare number in ``unit``); its error says the
+    fix (``minimum == 1`` reads "a positive duration such as ``example``")."""
+    ns = value if isinstance(value, Duration) else parse_duration_ns(value, default_unit=unit)
+    if ns < minimum:
+        if minimum == 1:
+            raise ValueError(f"must be a positive duration such as {example!r}, got {value!r}")
+        raise ValueError(f"must be at least {format_unit(minimum)}, got {_shown(value)}")
+    if ns > maximum:
+        raise ValueError(f"must be at most {format_unit(maximum)}, got {_shown(value)}")
+    return ns if isinstance(ns, Duration) else Duration(ns)
+
+
+def _shown(value: object) -> str:
+    return format_unit(value) if isinstance(value, Duration) else repr(value)
+
+
+def duration_field(default: object = attrs.NOTHING, *, unit: str = "s", minimum: int = 0,
+                   maximum: int = MAX_DURATION_NS, example: str = "10s",
+                   optional: bool = False, **kwargs: Any) -> Any:
+    """An attrs field holding a :class:`Duration` read by :func:`to_duration`
+    (``optional``: ``None`` stays ``None``); a bad value raises a ``FieldError`` naming
+    the field. ``default`` is written as config would write it (``"10s"``; an
+    ``attrs.Factory`` returns a :class:`Duration`); ``kwargs`` go to ``attrs.field``."""
+    def convert(value: object, field: attrs.Attribute[Any]) -> Duration | None:
+        if value is None and optional:
+            return None
+        try:
+            return to_duration(value, unit=unit, minimum=minimum, maximum=maximum,
+                               example=example)
+        except ValueError as exc:
+            raise FieldError(field.name, str(exc)) from None
+    return attrs.field(default=default, converter=attrs.Converter(convert, takes_field=True),
+                       **kwargs)
 
 
 def parse_unit_ns(value: object) -> int:

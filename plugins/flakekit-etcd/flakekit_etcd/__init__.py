@@ -29,9 +29,10 @@ from attrs.validators import instance_of, optional
 from flakekit import hookimpl
 from flakekit.plugin import (
     ConfigError,
+    Duration,
     FieldError,
     Register,
-    parse_duration_ns,
+    duration_field,
 )
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
@@ -47,28 +48,6 @@ DEFAULT_ENDPOINTS = "127.0.0.1:2379"
 DEFAULT_ROOT = "/flakekit"
 #: etcd raises a smaller TTL to about 1.5 x its election timeout (2 s by default)
 MIN_TTL_NS = 2_000_000_000
-
-
-def _duration(value: Any) -> int:
-    ns = parse_duration_ns(value)
-    if ns <= 0:
-        raise ValueError(f"must be a positive duration such as '10s', got {value!r}")
-    return ns
-
-
-def _duration0(value: Any) -> int:
-    ns = parse_duration_ns(value)
-    if ns < 0:
-        raise ValueError(f"must be a duration >= 0 such as '30s', got {value!r}")
-    return ns
-
-
-def _optional_duration0(value: Any) -> int | None:
-    return None if value is None else _duration0(value)
-
-
-def _optional_duration(value: Any) -> int | None:
-    return None if value is None else _duration(value)
 
 
 def _root(value: Any) -> str:
@@ -105,10 +84,11 @@ class EtcdSettings:
     endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     service: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     root: str = attrs.field(default=DEFAULT_ROOT, converter=_root)
-    ttl: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
-    connect_timeout: int = attrs.field(default="5s", converter=_duration)  # type: ignore[assignment]  # converted
-    safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
-    quarantine: int = attrs.field(default="30s", converter=_duration0)  # type: ignore[assignment]  # converted
+    ttl: Duration = duration_field("10s", minimum=1)
+    connect_timeout: Duration = duration_field("5s", minimum=1)
+    safety_window: Duration = duration_field(  # a fifth of the TTL (2 s for 10 s)
+        attrs.Factory(lambda s: Duration(s.ttl // 5), takes_self=True))
+    quarantine: Duration = duration_field("30s")
     username: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     password: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     watch: bool = attrs.field(default=True, validator=instance_of(bool))
@@ -120,11 +100,7 @@ class EtcdSettings:
         if self.ttl % 1_000_000_000:
             raise FieldError("ttl", f"'ttl' must be whole seconds (etcd counts lease TTLs "
                              f"in seconds), got {self.ttl / 1e9:g} s")
-        window = self.safety_window
-        if window is None:  # a fifth of the TTL (2 s for 10 s)
-            window = self.ttl // 5
-            object.__setattr__(self, "safety_window", window)
-        if window * 2 >= self.ttl:
+        if self.safety_window * 2 >= self.ttl:
             raise FieldError("safety_window",
                              "'safety_window' must be less than half the TTL "
                              f"({self.ttl / 2e9:g} s); raise ttl or lower the window")
@@ -184,9 +160,9 @@ class EtcdMembershipSettings:
 
     endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     root: str = attrs.field(default=DEFAULT_ROOT, converter=_root)
-    ttl: int | None = attrs.field(default=None, converter=_optional_duration)
-    connect_timeout: int = attrs.field(default="5s", converter=_duration)  # type: ignore[assignment]  # converted
-    safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
+    ttl: Duration | None = duration_field(None, minimum=1, optional=True)
+    connect_timeout: Duration = duration_field("5s", minimum=1)
+    safety_window: Duration | None = duration_field(None, optional=True)
     username: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     password: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     watch: bool = attrs.field(default=True, validator=instance_of(bool))

@@ -26,7 +26,7 @@ import attrs
 from attrs.validators import in_, instance_of, optional
 
 from flakekit import hookimpl
-from flakekit.plugin import ConfigError, FieldError, Register, parse_duration_ns
+from flakekit.plugin import ConfigError, Duration, FieldError, Register, duration_field
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
     import click
@@ -42,13 +42,6 @@ __version__ = "0.1.0"
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 MIN_TTL_NS = 1_000_000_000
-
-
-def _at_least(owner: Any, field: str, floor_ns: int, what: str) -> None:
-    """A duration setting (parsed by ``parse_duration_ns``) below ``floor_ns``: FieldError."""
-    value = getattr(owner, field)
-    if value is not None and value < floor_ns:
-        raise FieldError(field, f"'{field}' must be {what}, got {value / 1e9:g} s")
 
 
 def _check_url(url: str | None) -> None:
@@ -75,15 +68,13 @@ class _Common:
 
     url: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     prefix: str = attrs.field(default="flakekit", validator=instance_of(str))
-    connect_timeout: int = attrs.field(default="5s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
+    connect_timeout: Duration = duration_field("5s", minimum=1, example="5s")
     init: str = attrs.field(default="operator", validator=in_(("operator", "first-use")))
     replicas: int = attrs.field(default=0, validator=instance_of(int))
-    wait_timeout: int = attrs.field(default="1s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
+    wait_timeout: Duration = duration_field("1s", minimum=1_000_000)
 
     def _check_common(self) -> None:
         _check_url(self.url)
-        _at_least(self, "connect_timeout", 1, "a positive duration such as '5s'")
-        _at_least(self, "wait_timeout", 1_000_000, "at least 1ms")
         if not self.prefix or any(c in self.prefix for c in "{}/"):
             raise FieldError("prefix", "'prefix' must be a non-empty name without '{', '}' "
                              f"or '/', got {self.prefix!r}")
@@ -116,22 +107,16 @@ class RedisSettings(_Common):
     """
 
     service: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    ttl: int = attrs.field(default="10s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
-    safety_window: int | None = attrs.field(default=None, converter=attrs.converters.optional(parse_duration_ns))
-    quarantine: int = attrs.field(default="30s", converter=parse_duration_ns)  # type: ignore[assignment]  # converted
+    ttl: Duration = duration_field("10s", minimum=MIN_TTL_NS)
+    safety_window: Duration = duration_field(  # a fifth of the TTL (2 s for 10 s)
+        attrs.Factory(lambda s: Duration(s.ttl // 5), takes_self=True))
+    quarantine: Duration = duration_field("30s")
 
     def __attrs_post_init__(self) -> None:
         self._check_common()
-        _at_least(self, "ttl", MIN_TTL_NS, "at least 1s")
-        _at_least(self, "quarantine", 0, "a duration >= 0 such as '30s'")
-        _at_least(self, "safety_window", 0, "a duration >= 0 such as '2s'")
         if self.ttl % 1_000_000:
             raise FieldError("ttl", "'ttl' must be whole milliseconds (Redis's PX)")
-        window = self.safety_window
-        if window is None:
-            window = self.ttl // 5
-            object.__setattr__(self, "safety_window", window)
-        if window * 2 >= self.ttl:
+        if self.safety_window * 2 >= self.ttl:
             raise FieldError("safety_window", "'safety_window' must be less than half the "
                              f"TTL ({self.ttl / 2e9:g} s); raise ttl or lower the window")
         if self.service is not None and ("/" in self.service or not self.service):

@@ -31,9 +31,10 @@ from attrs.validators import ge, in_, instance_of, le, optional
 from flakekit import hookimpl
 from flakekit.plugin import (
     ConfigError,
+    Duration,
     FieldError,
     Register,
-    parse_duration_ns,
+    duration_field,
 )
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
@@ -54,28 +55,6 @@ DEFAULT_ROOTS = {"leaf": "/snowflake", "lease": "/flakekit"}
 PORT_0 = ("leaf mode keys the worker id by ip:port, and the port is 0 (none given, or "
           "`flakekit serve --port 0`, which would take a new worker id on every start): "
           "set FLAKEKIT_PORT=N or port = N")
-
-
-def _duration(value: Any) -> int:
-    ns = parse_duration_ns(value)
-    if ns <= 0:
-        raise ValueError(f"must be a positive duration such as '10s', got {value!r}")
-    return ns
-
-
-def _duration0(value: Any) -> int:
-    ns = parse_duration_ns(value)
-    if ns < 0:
-        raise ValueError(f"must be a duration >= 0 such as '30s', got {value!r}")
-    return ns
-
-
-def _optional_duration0(value: Any) -> int | None:
-    return None if value is None else _duration0(value)
-
-
-def _optional_duration(value: Any) -> int | None:
-    return None if value is None else _duration(value)
 
 
 def _root(value: Any) -> str | None:
@@ -123,11 +102,12 @@ class ZooKeeperSettings:
     mode: str = attrs.field(default="lease", validator=in_(("leaf", "lease")))
     name: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     root: str | None = attrs.field(default=None, converter=_root)
-    session_timeout: int = attrs.field(default="10s", converter=_duration)  # type: ignore[assignment]  # converted
-    connect_timeout: int = attrs.field(default="5s", converter=_duration)  # type: ignore[assignment]  # converted
-    safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
-    quarantine: int = attrs.field(default="30s", converter=_duration0)  # type: ignore[assignment]  # converted
-    report_interval: int = attrs.field(default="3s", converter=_duration)  # type: ignore[assignment]  # converted
+    session_timeout: Duration = duration_field("10s", minimum=1)
+    connect_timeout: Duration = duration_field("5s", minimum=1)
+    safety_window: Duration = duration_field(  # a fifth of the session (2 s for 10 s)
+        attrs.Factory(lambda s: Duration(s.session_timeout // 5), takes_self=True))
+    quarantine: Duration = duration_field("30s")
+    report_interval: Duration = duration_field("3s", minimum=1)
     cache_dir: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     cache_file: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     ip: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
@@ -138,11 +118,7 @@ class ZooKeeperSettings:
         if self.session_timeout < 1_000_000_000:
             raise FieldError("session_timeout", "'session_timeout' must be at least 1s "
                              "(ZooKeeper's floor is 2 ticks; scripts/zookeeper.sh allows 1s)")
-        window = self.safety_window
-        if window is None:  # a fifth of the session (2 s for 10 s)
-            window = self.session_timeout // 5
-            object.__setattr__(self, "safety_window", window)
-        if window * 2 >= self.session_timeout:
+        if self.safety_window * 2 >= self.session_timeout:
             raise FieldError(
                 "safety_window",
                 "'safety_window' must be less than half the session timeout "
@@ -238,9 +214,9 @@ class ZooKeeperMembershipSettings:
 
     hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     root: str = attrs.field(default="/flakekit", converter=_root)  # type: ignore[assignment]  # converted
-    session_timeout: int | None = attrs.field(default=None, converter=_optional_duration)
-    connect_timeout: int = attrs.field(default="5s", converter=_duration)  # type: ignore[assignment]  # converted
-    safety_window: int | None = attrs.field(default=None, converter=_optional_duration0)
+    session_timeout: Duration | None = duration_field(None, minimum=1, optional=True)
+    connect_timeout: Duration = duration_field("5s", minimum=1)
+    safety_window: Duration | None = duration_field(None, optional=True)
 
     def __attrs_post_init__(self) -> None:
         if self.hosts is not None and not self.hosts.strip():
