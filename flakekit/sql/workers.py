@@ -767,7 +767,7 @@ class SqlWorkerAllocator:
         else:
             now = (f"the row is now held by {current['holder'] or '(nobody)'} at "
                    f"{current['host']}:{current['port']}, version {current['version']}, "
-                   f"last seen {current['last_seen']}")
+                   f"last seen {iso_utc(aware_utc(current['last_seen']))}")
         message = (f"worker {lease.worker_id} of service {self.service!r} is no longer "
                    f"ours (we held version {lease.epoch} as {lease.holder}); {now}")
         log.error("%s", message)
