@@ -188,7 +188,7 @@ def test_key_claims_wait_out_the_quarantine_and_the_owner_reasserts(engine):
     store.fetch("k", claim=mine)
     with engine.begin() as conn:  # the replica never received the claim
         conn.execute(delete(key_owner))
-    promote(engine, "key-owner:k")
+    promote(engine, "key-owners")
 
     assert not store.claim_key(theirs, True)            # no second owner let in
     assert recorder.alerts().count("database-failover") == 1

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from flakekit.errors import BackendError
+from flakekit.errors import BackendError, FenceError, LeaseLostError
 from flakekit.leases.lease import LeaseRequest
 from flakekit.sql import failover
 from flakekit.sql.leaf import SqlSegmentStore
@@ -189,3 +189,72 @@ def test_workers_async_cut_kill_promote(replicas, protected):
         assert "database-failover" in recorder.alerts()
     else:
         assert shared == [lease.worker_id]
+
+
+def test_cluster_async_cut_kill_promote(replicas, protected):
+    """A member that joined and a key claimed during the cut (the standby never gets
+    them): after the fail-over no second process joins as that member and no second
+    owner claims that key while the first ones live."""
+    from flakekit.cluster.membership import JoinRequest, KeyClaim
+    from flakekit.sql.membership import SqlMembership
+    from flakekit.values.cluster import Member
+
+    engine = create_engine(replicas.url, pool_pre_ping=True)
+    recorder = EventRecorder()
+    old = SqlMembership(engine, MonotonicClock(), create_schema=True,
+                        events=recorder.events)
+
+    def join(membership: SqlMembership, node: str):
+        return membership.acquire(JoinRequest("ids", Member(node, f"http://{node}:1"),
+                                              lease_s=1.0))
+    a = join(old, "a")
+    view = old.propose("ids", 0, [a.member])
+    store = SqlSegmentStore(engine, events=recorder.events)
+    store.create("k", step=10)
+    assert store.claim_key(KeyClaim("warm", "a", view.epoch), False)  # claims were made
+    _replicated(replicas, "SELECT count(*) FROM flakekit_key_owner", 1)
+    replicas.cut_replication()
+    b = join(old, "b")                                    # never reaches the standby
+    claim = KeyClaim("k", "b", view.epoch)
+    assert store.claim_key(claim, False)
+    replicas.fail_over()
+
+    other = create_engine(replicas.url, pool_pre_ping=True)
+    fresh = SqlMembership(other, MonotonicClock(), events=recorder.events)
+    fresh_store = SqlSegmentStore(other, events=recorder.events)
+    second_b = second_owner = None
+    live = {"a": a, "b": b}
+    deadline = time.monotonic() + 6                       # quarantine 1.25 s, then more
+    while time.monotonic() < deadline:
+        for node, lease in list(live.items()):
+            try:
+                old.renew(lease, 0)   # the live members' renewals go on meanwhile
+            except LeaseLostError:
+                del live[node]        # before issue 19: the row the standby lacked
+            except BackendError:
+                pass                  # a connection to the dead primary
+        try:
+            store.fetch("k", claim=claim)                 # the owner serves on
+        except (BackendError, FenceError):
+            pass
+        try:
+            second_b = second_b or join(fresh, "b")
+        except BackendError as exc:
+            assert "fail-over" in str(exc) or "held by a live process" in str(exc) or (
+                "connection" in str(exc).lower()), exc
+        try:
+            if fresh_store.claim_key(KeyClaim("k", "c", view.epoch + 1), False):
+                second_owner = "c"
+        except BackendError:
+            pass
+        time.sleep(0.1)
+    print(f"protected={protected}: second holder of member b: {second_b is not None}, "
+          f"second owner of key k: {second_owner}, members lost: {sorted({'a', 'b'} - set(live))}")
+    engine.dispose()
+    other.dispose()
+    if protected:
+        assert second_b is None and second_owner is None
+        assert set(live) == {"a", "b"}                    # re-asserted, not lost
+        assert "database-failover" in recorder.alerts()
+    else:
+        assert second_b is not None and second_owner == "c"

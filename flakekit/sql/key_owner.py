@@ -9,8 +9,9 @@ stale cache (pingcap/tidb #46444) -- finds another node or a newer epoch there a
 changes nothing. A claim never goes back to an older epoch, so the epochs a key is
 served under only grow.
 
-After a database fail-over (:mod:`flakekit.sql.failover`, scope ``key-owner:KEY``,
-checked in every claim and fenced fetch) the promoted replica may lack claims the old
+After a database fail-over (:mod:`flakekit.sql.failover`, scope ``key-owners``: one per
+database, made at the first claim ever, so a key first claimed within the replication lag
+is covered too; checked in every claim and fenced fetch) the promoted replica may lack claims the old
 primary took: until the longest member lease plus a margin has passed (the leases in
 ``flakekit_members`` of this database; ``FALLBACK_LEASE_S`` when the membership lives
 elsewhere) no new owner claims the key, and an owner whose claim the replica lacks or
@@ -53,6 +54,9 @@ CLAIM_ATTEMPTS = 5
 #: usual cluster lease
 FALLBACK_LEASE_S = 60.0
 
+#: the fail-over marker's scope: the table is one per database, and so is its row
+SCOPE = "key-owners"
+
 log = logging.getLogger("flakekit.cluster.sql")
 
 _k = key_owner.c
@@ -87,7 +91,7 @@ def _failover_gate(conn: Connection, key: str, events: Events) -> dt.datetime | 
     quarantine after it ends (None: none running)."""
     if not failover.detection_ready(conn.engine):
         return None
-    scope = f"key-owner:{key}"
+    scope = SCOPE
     change = failover.check_primary(conn, scope)
     longest = conn.execute(select(func.max(members.c.lease_ms))).scalar()
     quarantine_ns = lapse_wait_ns(int(longest) / 1000 if longest else FALLBACK_LEASE_S)
@@ -141,7 +145,7 @@ def claim_key(engine: Engine, claim: KeyClaim, waited: bool,
     row). During a fail-over quarantine only a claim the row already holds succeeds."""
     valid_claim(claim)
     if failover.detection_ready(engine):
-        failover.prepare(engine, f"key-owner:{claim.key}")
+        failover.prepare(engine, SCOPE)
     for attempt in itertools.count():
         try:
             with write_transaction(engine) as conn:
