@@ -1,5 +1,5 @@
-"""Fail-over drills on a real PostgreSQL primary and streaming standby (asynchronous):
-replication cut, writes the standby never gets, kill -9 of the primary, promotion, the
+"""Fail-over drills on a real PostgreSQL primary and streaming standby (asynchronous;
+the segment drill also on a MariaDB primary and GTID replica): replication cut, writes the standby never gets, kill -9 of the primary, promotion, the
 clients re-pointed. With ``FLAKEKIT_DRILL_UNPROTECTED=1`` each also runs with detection
 off, and must then find the duplicates it is about (the "before" of
 docs/replicated-databases.md)."""
@@ -21,18 +21,30 @@ from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.schema import WORKERS_COMPONENT, init_schema
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import EventRecorder
-from flakekit.testing.replicas import PgReplicaSet, pg_binaries_missing
+from flakekit.testing.replicas import (
+    MariaReplicaSet,
+    PgReplicaSet,
+    mariadb_binaries_missing,
+    pg_binaries_missing,
+)
 from flakekit.values.clock import MonotonicClock
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgresql]
+pytestmark = [pytest.mark.slow]
+
+_SETS = {"postgresql": (PgReplicaSet, pg_binaries_missing),
+         "mariadb": (MariaReplicaSet, mariadb_binaries_missing)}
+BOTH = [pytest.param("postgresql", marks=pytest.mark.postgresql),
+        pytest.param("mariadb", marks=pytest.mark.mariadb)]
 
 
 @pytest.fixture
-def replicas():
-    missing = pg_binaries_missing()
-    if missing:
-        pytest.skip(missing)
-    rs = PgReplicaSet().start()
+def replicas(request):
+    """A primary and an asynchronous replica (PostgreSQL unless parametrized)."""
+    kind = getattr(request, "param", "postgresql")
+    make, missing = _SETS[kind]
+    if missing():
+        pytest.skip(missing())
+    rs = make().start()
     yield rs
     rs.stop()
 
@@ -97,6 +109,7 @@ def _duplicates(ranges: list[tuple[int, int]]) -> int:
     return twice
 
 
+@pytest.mark.parametrize("replicas", BOTH, indirect=True)
 def test_segments_async_cut_kill_promote(replicas, protected):
     engine_a = create_engine(replicas.url, pool_pre_ping=True)
     recorder = EventRecorder()
@@ -147,6 +160,7 @@ def _allocator(url: str, port: int, events: Any = None) -> SqlWorkerAllocator:
         events=events or EventRecorder().events)
 
 
+@pytest.mark.postgresql
 def test_workers_async_cut_kill_promote(replicas, protected):
     request = LeaseRequest("orders", 7, "10.0.0.1")
     setup = create_engine(replicas.url)
@@ -191,6 +205,7 @@ def test_workers_async_cut_kill_promote(replicas, protected):
         assert shared == [lease.worker_id]
 
 
+@pytest.mark.postgresql
 def test_cluster_async_cut_kill_promote(replicas, protected):
     """A member that joined and a key claimed during the cut (the standby never gets
     them): after the fail-over no second process joins as that member and no second
