@@ -158,8 +158,18 @@ class PgReplicaSet:
 
     def fail_over(self) -> None:
         """kill -9 the primary, promote the standby, re-point the clients at it."""
-        assert self.clients is not None
         self.primary.kill9()
+        self._promote()
+
+    def switch_over(self) -> None:
+        """A planned switch-over with no loss: stop the primary cleanly (its shutdown
+        checkpoint waits until the standby has every commit), promote, re-point."""
+        _run(str(PG_BIN / "pg_ctl"), "-D", str(self.primary.data), "-m", "fast", "-w",
+             "stop")
+        self._promote()
+
+    def _promote(self) -> None:
+        assert self.clients is not None
         self.standby.promote()
         self.clients.target_port = self.standby.port
         self.clients.cut()
