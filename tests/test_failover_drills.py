@@ -239,7 +239,7 @@ def test_cluster_async_cut_kill_promote(replicas, protected):
     fresh_store = SqlSegmentStore(other, events=recorder.events)
     second_b = second_owner = None
     live = {"a": a, "b": b}
-    deadline = time.monotonic() + 6                       # quarantine 1.25 s, then more
+    deadline = time.monotonic() + 4                       # quarantine 1.25 s, then more
     while time.monotonic() < deadline:
         for node, lease in list(live.items()):
             try:

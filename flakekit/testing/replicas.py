@@ -19,12 +19,24 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 from flakekit.testing.databases import free_port
 from flakekit.testing.proxy import TcpProxy
 
 __all__ = ["PG_BIN", "MariaReplicaSet", "MariaServer", "PgReplicaSet", "PgServer", "mariadb_binaries_missing",
            "pg_binaries_missing", "private_base"]
+
+class _Server(Protocol):
+    """A server of a replica set (PgServer, MariaServer)."""
+
+    port: int
+
+    def kill9(self) -> None: ...
+    def promote(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Server)
 
 PG_BIN = Path(os.environ.get("FLAKEKIT_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -113,17 +125,66 @@ def private_base(prefix: str) -> Path:
     return base
 
 
-class PgReplicaSet:
+class _ReplicaSet(Generic[S]):
+    """What both replica sets share: the proxies, the cut, the fail-over's promotion and
+    re-pointing, a fresh standby after it."""
+
+    primary: S
+    standby: S
+
+    def __init__(self) -> None:
+        self.replication: TcpProxy | None = None
+        self.clients: TcpProxy | None = None
+        self._retired: list[S] = []
+
+    def _new_standby(self) -> S:
+        raise NotImplementedError
+
+    def _stream_to(self, standby: S) -> None:
+        raise NotImplementedError
+
+    def new_standby(self) -> None:
+        """After :meth:`fail_over`: a fresh standby of the new primary (for a second)."""
+        self._retired.append(self.standby)
+        self.standby = self._new_standby()
+        self._stream_to(self.standby)
+
+    def cut_replication(self) -> None:
+        assert self.replication is not None
+        self.replication.cut()
+
+    def fail_over(self) -> None:
+        """kill -9 the primary, promote the standby, re-point the clients at it."""
+        self.primary.kill9()
+        self._promote()
+
+    def _promote(self) -> None:
+        assert self.clients is not None
+        self.standby.promote()
+        self.clients.target_port = self.standby.port
+        self.clients.cut()
+        self.clients.restore()
+        self._retired.append(self.primary)
+        self.primary, self.standby = self.standby, self.primary  # the dead one stays down
+
+    def _servers(self) -> list[S]:
+        """Every server, once each (after the proxies are stopped)."""
+        for proxy in (self.clients, self.replication):
+            if proxy is not None:
+                proxy.stop()
+        everyone: list[S] = [self.standby, self.primary, *self._retired]
+        return list({id(s): s for s in everyone}.values())
+
+
+class PgReplicaSet(_ReplicaSet[PgServer]):
     """A primary, a standby streaming from it through ``replication`` (a proxy), and
     ``clients``, the proxy clients connect to (:attr:`url`)."""
 
     def __init__(self, primary_settings: tuple[str, ...] = ()) -> None:
+        super().__init__()
         self.base = private_base("flakekit-replicas-")
         self.primary = PgServer(self.base, "primary", primary_settings)
         self.standby = PgServer(self.base, "standby")
-        self.replication: TcpProxy | None = None
-        self.clients: TcpProxy | None = None
-        self._retired: list[PgServer] = []
 
     def start(self) -> PgReplicaSet:
         self.primary.initdb().start()
@@ -141,25 +202,13 @@ class PgReplicaSet:
              "-R", "-X", "stream", "-c", "fast")
         standby.start()
 
-    def new_standby(self) -> None:
-        """After :meth:`fail_over`: a fresh standby of the new primary (for a second)."""
-        self._retired.append(self.standby)
-        self.standby = PgServer(self.base, f"standby{len(self._retired)}")
-        self._stream_to(self.standby)
+    def _new_standby(self) -> PgServer:
+        return PgServer(self.base, f"standby{len(self._retired)}")
 
     @property
     def url(self) -> str:
         assert self.clients is not None
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.clients.port}/postgres"
-
-    def cut_replication(self) -> None:
-        assert self.replication is not None
-        self.replication.cut()
-
-    def fail_over(self) -> None:
-        """kill -9 the primary, promote the standby, re-point the clients at it."""
-        self.primary.kill9()
-        self._promote()
 
     def switch_over(self) -> None:
         """A planned switch-over with no loss: stop the primary cleanly (its shutdown
@@ -168,21 +217,8 @@ class PgReplicaSet:
              "stop")
         self._promote()
 
-    def _promote(self) -> None:
-        assert self.clients is not None
-        self.standby.promote()
-        self.clients.target_port = self.standby.port
-        self.clients.cut()
-        self.clients.restore()
-        self._retired.append(self.primary)
-        self.primary, self.standby = self.standby, self.primary  # the dead one stays down
-
     def stop(self) -> None:
-        for proxy in (self.clients, self.replication):
-            if proxy is not None:
-                proxy.stop()
-        servers = {id(s): s for s in (self.standby, self.primary, *self._retired)}
-        for stopping in [s.stop() for s in servers.values()]:
+        for stopping in [s.stop() for s in self._servers()]:
             if stopping is not None:
                 stopping.wait()
         shutil.rmtree(self.base, ignore_errors=True)
@@ -242,6 +278,10 @@ class MariaServer:
             self.process.kill()
             self.process.wait()
 
+    def promote(self) -> None:
+        """Make this replica a primary."""
+        self.sql("STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0")
+
     def sql(self, *statements: str) -> None:
         """Run ``statements`` as root on this server (no database selected)."""
         import pymysql
@@ -266,7 +306,7 @@ _MARIA_OPTIONS = ("--gtid-strict-mode=ON", "--log-slave-updates=ON",
                   "--binlog-format=ROW")
 
 
-class MariaReplicaSet:
+class MariaReplicaSet(_ReplicaSet[MariaServer]):
     """A MariaDB primary and a GTID replica of it (``MASTER_USE_GTID=slave_pos``)
     through ``replication`` (a proxy), and ``clients``, the proxy clients connect to
     (:attr:`url`). The drills' tables live in database ``drill``; ``options`` go to every
@@ -275,13 +315,19 @@ class MariaReplicaSet:
     DATABASE = "drill"
 
     def __init__(self, options: tuple[str, ...] = ()) -> None:
+        super().__init__()
         self.options = (*_MARIA_OPTIONS, *options)
-        self.primary = MariaServer(1, self.options, self.DATABASE)
-        self.standby = MariaServer(2, (*self.options, "--read-only=ON"), self.DATABASE)
-        self.replication: TcpProxy | None = None
-        self.clients: TcpProxy | None = None
-        self._retired: list[MariaServer] = []
-        self._ids = 2
+        self._ids = 0
+        self.primary = MariaServer(self._next_id(), self.options, self.DATABASE)
+        self.standby = self._new_standby()
+
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def _new_standby(self) -> MariaServer:
+        return MariaServer(self._next_id(), (*self.options, "--read-only=ON"),
+                           self.DATABASE)
 
     def start(self) -> MariaReplicaSet:
         self.primary.start()
@@ -302,41 +348,13 @@ class MariaReplicaSet:
                     "MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, "
                     "MASTER_CONNECT_RETRY=1", "START SLAVE")
 
-    def new_standby(self) -> None:
-        """After :meth:`fail_over`: a fresh replica of the new primary (for a second)."""
-        self._retired.append(self.standby)
-        self._ids += 1
-        self.standby = MariaServer(self._ids, (*self.options, "--read-only=ON"),
-                                   self.DATABASE)
-        self._stream_to(self.standby)
-
     @property
     def url(self) -> str:
         assert self.clients is not None
         return f"mysql+pymysql://root@127.0.0.1:{self.clients.port}/{self.DATABASE}"
 
-    def cut_replication(self) -> None:
-        assert self.replication is not None
-        self.replication.cut()
-
-    def fail_over(self) -> None:
-        """kill -9 the primary, promote the replica (STOP SLAVE; RESET SLAVE ALL;
-        read_only off), re-point the clients at it."""
-        assert self.clients is not None
-        self.primary.kill9()
-        self.standby.sql("STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0")
-        self.clients.target_port = self.standby.port
-        self.clients.cut()
-        self.clients.restore()
-        self._retired.append(self.primary)
-        self.primary, self.standby = self.standby, self.primary  # the dead one stays down
-
     def stop(self) -> None:
-        for proxy in (self.clients, self.replication):
-            if proxy is not None:
-                proxy.stop()
-        for server in {id(s): s for s in (self.standby, self.primary,
-                                          *self._retired)}.values():
+        for server in self._servers():
             server.stop()
 
 
