@@ -144,6 +144,7 @@ def _join(membership, node: str):
                                           lease_s=SHORT_LEASE_S))
 
 
+@pytest.mark.slow  # waits out a real quarantine (1.25 s)
 def test_cluster_joins_wait_out_the_quarantine_and_members_reassert(engine):
     recorder = EventRecorder()
     old = SqlMembership(engine, MonotonicClock(), create_schema=True,
@@ -177,6 +178,7 @@ def test_cluster_joins_wait_out_the_quarantine_and_members_reassert(engine):
     assert fresh.propose(CLUSTER, view.epoch + VIEW_EPOCH_SKIP, [a.member, b.member])
 
 
+@pytest.mark.slow  # waits out a real quarantine (1.25 s)
 def test_key_claims_wait_out_the_quarantine_and_the_owner_reasserts(engine):
     recorder = EventRecorder()
     init_schema(engine, CLUSTER_COMPONENT)
