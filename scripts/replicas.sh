@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# A throw-away PostgreSQL 15 primary + streaming standby on loopback for fail-over drills by
-# hand (the tests start their own: tests/test_failover_drills.py, flakekit.testing.replicas).
+# A throw-away PostgreSQL 15 primary + streaming standby (or a MariaDB primary + GTID
+# replica) on loopback for fail-over drills by hand (the tests start their own: tests/test_failover_drills.py, flakekit.testing.replicas).
 # Replication runs through a proxy this script can cut; clients connect through a second
 # proxy that `failover` re-points at the promoted standby, as a VIP would.
 #
-#   replicas.sh start      initdb + pg_basebackup -R on free ports; prints the env file
+#   replicas.sh start [postgresql|mariadb]
+#                          PostgreSQL (default): initdb + pg_basebackup -R on free ports;
+#                          MariaDB: two servers, the replica on MASTER_USE_GTID=slave_pos;
+#                          prints the env file
 #   replicas.sh cut        cut the replication (the primary keeps accepting commits)
-#   replicas.sh failover   kill -9 the primary, promote the standby, re-point the clients
+#   replicas.sh failover   kill -9 the primary, promote the standby (MariaDB: STOP SLAVE;
+#                          RESET SLAVE ALL; SET GLOBAL read_only=0), re-point the clients
 #   replicas.sh stop       stop everything this script started
 #   replicas.sh status     print the env file
 #
 # State lives under ${FLAKEKIT_SVC_DIR:-/tmp/flakekit-svc}/replicas; its file `env` holds
 # FLAKEKIT_REPLICAS_URL (through the client proxy), ..._PRIMARY_URL and ..._STANDBY_URL.
 # Needs PostgreSQL's server binaries (FLAKEKIT_PG_BIN, default /usr/lib/postgresql/15/bin)
-# and the project's venv (PYTHON, default .venv/bin/python).
+# or mariadbd and mariadb-install-db, and the project's venv (PYTHON, default .venv/bin/python).
 set -euo pipefail
 
 SVC=${FLAKEKIT_SVC_DIR:-/tmp/flakekit-svc}/replicas
@@ -32,7 +36,7 @@ case "${1:-}" in
   start)
     if running; then cat "$ENV_FILE"; exit 0; fi
     mkdir -p "$SVC"; rm -f "$ENV_FILE"
-    nohup "$PYTHON" -m flakekit.testing.replicas "$ENV_FILE" > "$SVC/replicas.log" 2>&1 < /dev/null &
+    nohup "$PYTHON" -m flakekit.testing.replicas "$ENV_FILE" "${2:-postgresql}" > "$SVC/replicas.log" 2>&1 < /dev/null &
     echo $! > "$PIDFILE"
     for _ in $(seq 600); do
       [ -s "$ENV_FILE" ] && { cat "$ENV_FILE"; exit 0; }
@@ -49,5 +53,5 @@ case "${1:-}" in
     fi
     rm -f "$PIDFILE" "$ENV_FILE" ;;
   status)   cat "$ENV_FILE" 2>/dev/null || log "not running" ;;
-  *) echo "usage: $0 start|cut|failover|stop|status" >&2; exit 2 ;;
+  *) echo "usage: $0 start [postgresql|mariadb]|cut|failover|stop|status" >&2; exit 2 ;;
 esac

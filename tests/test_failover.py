@@ -13,15 +13,25 @@ import time
 import pytest
 from sqlalchemy import create_engine, delete, text, update
 
-from flakekit.errors import BackendError
+from flakekit.cluster.membership import JoinRequest, KeyClaim
+from flakekit.errors import BackendError, FenceError
 from flakekit.leases.lease import LeaseRequest
 from flakekit.sql import failover
 from flakekit.sql.leaf import SqlSegmentStore, leaf_alloc_table
-from flakekit.sql.schema import WORKERS_COMPONENT, init_schema, system_nodes
+from flakekit.sql.membership import VIEW_EPOCH_SKIP, SqlMembership
+from flakekit.sql.schema import (
+    CLUSTER_COMPONENT,
+    WORKERS_COMPONENT,
+    init_schema,
+    key_owner,
+    members,
+    system_nodes,
+)
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import EventRecorder
 from flakekit.testing.databases import fresh_server_database
 from flakekit.values.clock import MonotonicClock
+from flakekit.values.cluster import Member
 
 SERVERS = [pytest.param("postgresql", marks=pytest.mark.postgresql),
            pytest.param("mariadb", marks=pytest.mark.mariadb)]
@@ -103,14 +113,90 @@ def test_worker_grants_wait_out_the_quarantine_and_the_holder_reasserts(engine):
         held = conn.execute(text("SELECT holder FROM system_nodes")).scalars().all()
     assert held == [lease.holder]
 
-    deadline = time.monotonic() + 10                    # the quarantine: one tier
-    while True:
-        holder.renew(lease, 0)
-        try:
-            other = newcomer.acquire(LeaseRequest("orders", 3, "10.0.0.1"))
-            break
-        except BackendError as exc:
-            assert "no worker id is granted" in str(exc)
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+    other = _after_quarantine(                          # the quarantine: one tier
+        lambda: newcomer.acquire(LeaseRequest("orders", 3, "10.0.0.1")),
+        lambda: holder.renew(lease, 0), "no worker id is granted")
     assert other.worker_id != lease.worker_id           # never two holders of one id
+
+
+def _after_quarantine(attempt, keep_alive, refused: str, within_s: float = 10):
+    """Poll ``attempt`` (refused with BackendError naming ``refused``, or returning a
+    false value) until it succeeds, calling ``keep_alive`` before each try; its result."""
+    deadline = time.monotonic() + within_s
+    while True:
+        keep_alive()
+        try:
+            got = attempt()
+            if got:
+                return got
+        except BackendError as exc:
+            assert refused in str(exc)
+        assert time.monotonic() < deadline, f"still refused after {within_s} s"
+        time.sleep(0.1)
+
+
+CLUSTER = "ids"
+SHORT_LEASE_S = 1.0  # the quarantine is this plus a margin (lapse_wait_ns)
+
+
+def _join(membership, node: str):
+    return membership.acquire(JoinRequest(CLUSTER, Member(node, f"http://{node}:1"),
+                                          lease_s=SHORT_LEASE_S))
+
+
+@pytest.mark.slow  # waits out a real quarantine (1.25 s)
+def test_cluster_joins_wait_out_the_quarantine_and_members_reassert(engine):
+    recorder = EventRecorder()
+    old = SqlMembership(engine, MonotonicClock(), create_schema=True,
+                        events=recorder.events)
+    a, c = _join(old, "a"), _join(old, "c")
+    view = old.propose(CLUSTER, 0, [a.member, c.member])
+    with engine.begin() as conn:  # the replica never received a's row, and has an
+        conn.execute(delete(members).where(members.c.node == "a"))  # older copy of c's
+        conn.execute(update(members).where(members.c.node == "c").values(
+            holder="someone earlier", incarnation=0))
+    promote(engine, f"members:{CLUSTER}")
+
+    fresh = SqlMembership(engine, MonotonicClock(), events=recorder.events)
+    with pytest.raises(BackendError, match="may not join cluster 'ids' until .*fail-over"):
+        _join(fresh, "a")                                # the id the replica lost
+    assert recorder.alerts().count("database-failover") == 1
+    assert fresh.view(CLUSTER).epoch == view.epoch + VIEW_EPOCH_SKIP  # never reused
+    assert fresh.propose(CLUSTER, view.epoch + VIEW_EPOCH_SKIP, [c.member]) is None
+    a, c = old.renew(a, 0), old.renew(c, 0)              # re-assert, not "lost"
+    assert a.view_epoch == view.epoch + VIEW_EPOCH_SKIP  # the holder sees the jump
+    held = {i.member.node: i.holder for i in fresh.members(CLUSTER)}
+    assert held == {"a": a.holder, "c": c.holder}
+
+    def keep_alive():
+        old.renew(a, 0)
+        old.renew(c, 0)
+    b = _after_quarantine(lambda: _join(fresh, "b"), keep_alive, "may not join")
+    assert b.member.node == "b"
+    with pytest.raises(BackendError, match="held by a live process"):
+        _join(fresh, "a")                                # never two holders of a
+    assert fresh.propose(CLUSTER, view.epoch + VIEW_EPOCH_SKIP, [a.member, b.member])
+
+
+@pytest.mark.slow  # waits out a real quarantine (1.25 s)
+def test_key_claims_wait_out_the_quarantine_and_the_owner_reasserts(engine):
+    recorder = EventRecorder()
+    init_schema(engine, CLUSTER_COMPONENT)
+    _join(SqlMembership(engine, MonotonicClock()), "a")  # the cluster's lease: short
+    store = SqlSegmentStore(engine, events=recorder.events)
+    store.create("k", step=10)
+    mine, theirs = KeyClaim("k", "a", 5), KeyClaim("k", "b", 6)
+    assert store.claim_key(mine, False)
+    store.fetch("k", claim=mine)
+    with engine.begin() as conn:  # the replica never received the claim
+        conn.execute(delete(key_owner))
+    promote(engine, "key-owners")
+
+    assert not store.claim_key(theirs, True)            # no second owner let in
+    assert recorder.alerts().count("database-failover") == 1
+    store.fetch("k", claim=mine)                         # the owner re-asserts
+    assert store.key_owner("k").node == "a"
+    assert _after_quarantine(lambda: store.claim_key(theirs, True), lambda: None,
+                             "never raised")
+    with pytest.raises(FenceError, match="owned by node 'b' at epoch 6"):
+        store.fetch("k", claim=mine)                     # the old owner is fenced

@@ -48,7 +48,7 @@ def build_sql_membership(settings: SqlMembershipSettings | None,
     s = settings or SqlMembershipSettings()
     engine = ctx.backends.engine(s.backend, f"{ctx.path}.backend")
     create = engine.dialect.name == "sqlite" if s.create_schema is None else s.create_schema
-    return SqlMembership(engine, ctx.clock, create_schema=create)
+    return SqlMembership(engine, ctx.clock, create_schema=create, events=ctx.events)
 
 
 @hookimpl

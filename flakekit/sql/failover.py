@@ -17,9 +17,14 @@ digits of ``pg_walfile_name(pg_current_wal_lsn())``: a promoted standby keeps th
 identifier and starts a new timeline at once); MariaDB/MySQL ``@@server_id`` (distinct per
 server in any replication set). SQLite is one file: nothing to detect.
 
-Cluster mode's membership and key-owner tables use the same function: call
-``check_primary(conn, "members:CLUSTER")`` first in the join/renew transaction and, on a
-change (or while :func:`quarantine_end` is not None), admit no new owner.
+Cluster mode's membership (``members:CLUSTER``, :mod:`flakekit.sql.membership`) and
+key-owner table (``key-owners``, :mod:`flakekit.sql.key_owner`) use the same function:
+on a change, or while :func:`quarantine_end` is not None, they admit no new member and
+no new owner.
+
+A scope whose row was first written within the replication lag has no row on the
+promoted replica, and its change goes unseen: scopes are made coarse enough (a service,
+a cluster, a database's key owners) to exist long before.
 """
 
 from __future__ import annotations

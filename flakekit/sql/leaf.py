@@ -522,7 +522,7 @@ class SqlSegmentStore:
     def _fence(self, conn: Connection, key: str, claim: KeyClaim, action: str) -> None:
         if claim.key != key and not _period_of(key, claim.key):
             raise ValueError(f"the claim is for key {claim.key!r}, not {key!r}")
-        problem = key_owner.check_claim(conn, key_owner.valid_claim(claim))
+        problem = key_owner.check_claim(conn, key_owner.valid_claim(claim), self.events)
         if problem is not None:
             raise FenceError(f"segment store {self.where}: node {claim.node!r} may not "
                              f"{action} key {key!r} at epoch {claim.epoch}: {problem}; "
@@ -546,7 +546,7 @@ class SqlSegmentStore:
         """Take a strict key for ``claim.node`` at ``claim.epoch`` (see
         :mod:`flakekit.sql.key_owner`)."""
         try:
-            return key_owner.claim_key(self.engine, claim, waited)
+            return key_owner.claim_key(self.engine, claim, waited, self.events)
         except SQLAlchemyError as exc:
             raise self._translate(f"claiming key {claim.key!r}", exc) from None
 

@@ -27,6 +27,13 @@ peer stuck inside a join holds up that node's row only, and only that long. A jo
 lock wait timed out is retried for at most ``lock_retry_s``; a renewal is tried once
 (the keeper retries at the next interval and keeps the old deadline meanwhile).
 
+After a database fail-over (:mod:`flakekit.sql.failover`, scope ``members:CLUSTER``,
+checked in every join, renewal and proposal) the promoted replica may lack member rows
+and views the old primary wrote: the view epoch jumps by ``VIEW_EPOCH_SKIP`` (an epoch
+never names two views), and until the longest member lease plus a margin has passed no
+node joins and no view is proposed; a live member whose row is missing or stale there
+re-asserts it on its next renewal.
+
 ``watch_view`` is a no-op here: SQL has no change notification, and safety never rests
 on one (renewals re-read the epoch); nodes poll the view row every ``view_poll_s``
 (0.1 s) instead, so a planned hand-off does not wait for a renewal.
@@ -44,7 +51,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
@@ -55,6 +62,7 @@ from flakekit.cluster.membership import (
     proposed_members,
 )
 from flakekit.errors import BackendError, LeaseLostError, SchemaError
+from flakekit.sql import failover
 from flakekit.sql.backends import describe_engine
 from flakekit.sql.dbclock import (
     aware_utc,
@@ -72,6 +80,7 @@ from flakekit.sql.transactions import write_transaction
 from flakekit.sql.workers import LOCK_RETRY_S
 from flakekit.values.clock import Clock
 from flakekit.values.cluster import Member, MemberInfo, View
+from flakekit.values.events import NO_EVENTS, Events
 
 __all__ = ["SqlMembership"]
 
@@ -87,6 +96,9 @@ _LIMITS = {"cluster": 64, "node": 128, "advertise": 255}
 VIEW_POLL_S = 0.1
 #: the largest lease ``lease_ms`` (INTEGER) can hold
 MAX_LEASE_MS = 2**31 - 1
+#: how far the view epoch jumps when a fail-over is detected: more views than the old
+#: primary can have written within any replication lag, and 2^63 has room for billions
+VIEW_EPOCH_SKIP = 1_000_000
 
 _m = members_table.c
 _v = cluster_view.c
@@ -144,9 +156,12 @@ class SqlMembership:
     safety_window_ns: int | None = None
     create_schema: bool = False
     lock_retry_s: float = LOCK_RETRY_S
+    events: Events = NO_EVENTS
     _lease_s: float = attrs.field(init=False, default=10.0)
     _schema_ok: bool = attrs.field(init=False, default=False)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
+    #: per cluster, the config digest this process joined with (a re-assert writes it)
+    _digests: dict[str, str] = attrs.field(init=False, factory=dict)
 
     #: a lapse on the database's wall clock proves nothing (the clock may step): a
     #: claimer proves it by the ``renewals`` counter on its own clock (MemberInfo.version)
@@ -209,15 +224,21 @@ class SqlMembership:
             raise self._error("checking the schema", exc) from None
         token = f"{os.uname().nodename}/pid{os.getpid()}/{uuid.uuid4().hex[:12]}"
         digest = _check_digest(request.config_digest)
+        detect = self._detect(cluster)
         give_up = time.monotonic() + self.lock_retry_s
         attempt = 0
         while True:
             attempt += 1
             send = self.clock.monotonic_ns()
             try:
+                # the quarantine's start is committed even when this join is refused
                 with write_transaction(self.engine) as conn:
-                    incarnation, taken_ms = self._join_in(conn, cluster, member, token,
-                                                          lease_ms, digest)
+                    change, ends, quarantine_ns = (
+                        self._failover_gate(conn, cluster, lease_ms) if detect
+                        else (None, None, 0))
+                    if ends is None:
+                        incarnation, taken_ms = self._join_in(conn, cluster, member,
+                                                              token, lease_ms, digest)
                     view_epoch = self._epoch(conn, cluster)
                 break
             except SQLAlchemyError as exc:
@@ -226,8 +247,19 @@ class SqlMembership:
                     continue
                 raise self._error(f"joining cluster {cluster!r} as {member.node!r}",
                                   exc) from None
+        if change is not None:
+            self._announce(change, cluster, quarantine_ns)
+        if ends is not None:
+            raise BackendError(
+                f"node {member.node!r} may not join cluster {cluster!r} until "
+                f"{ends:%Y-%m-%dT%H:%M:%S}Z (database time): a database fail-over was "
+                f"detected in {self.where} and member leases the old primary granted may "
+                "still be held (its copy of them may be lost); the quarantine lasts the "
+                f"longest member lease plus a margin ({quarantine_ns / NS:g} s). Start "
+                "again then, or keep the membership in a consensus store (zookeeper, etcd)")
         with self._lock:
             self._lease_s = lease_ms / 1000
+            self._digests[cluster] = digest
         log.info("joined cluster %s as %s (incarnation %d, view epoch %d)", cluster,
                  member.node, incarnation, view_epoch)
         return MemberLease(member=member, cluster=cluster, holder=token, epoch=incarnation,
@@ -236,6 +268,54 @@ class SqlMembership:
                                                          self._safety_ns(lease_ns)),
                            claim_after_ns=(send + lapse_wait_ns(taken_ms / 1000)
                                            if taken_ms else 0))
+
+    # -- fail-over ---------------------------------------------------------------------------
+    def _detect(self, cluster: str) -> bool:
+        """Whether fail-over detection is on (the marker row made before the first use)."""
+        if not failover.detection_ready(self.engine):
+            return False
+        failover.prepare(self.engine, f"members:{cluster}")
+        return True
+
+    def _failover_gate(self, conn: Connection, cluster: str, lease_ms: int,
+                       ) -> tuple[failover.PrimaryChange | None, Any, int]:
+        """In a writing transaction: (the change detected now, when the quarantine after
+        the last one ends or None, its length in ns). On a change the view epoch jumps,
+        so no epoch the old primary may have used is proposed again."""
+        change = failover.check_primary(conn, f"members:{cluster}")
+        if change is not None:
+            conn.execute(update(cluster_view).where(_v.cluster == cluster)
+                         .values(epoch=_v.epoch + VIEW_EPOCH_SKIP))
+        longest = conn.execute(select(func.max(_m.lease_ms))
+                               .where(_m.cluster == cluster)).scalar()
+        quarantine_ns = lapse_wait_ns(max(lease_ms, int(longest or 0)) / 1000)
+        return change, failover.quarantine_end(conn, f"members:{cluster}",
+                                               quarantine_ns), quarantine_ns
+
+    def _announce(self, change: failover.PrimaryChange, cluster: str,
+                  quarantine_ns: int) -> None:
+        failover.announce(change, self.where,
+                          f"cluster {cluster!r}: the view epoch jumped by {VIEW_EPOCH_SKIP}; "
+                          f"no node joins and no view is proposed for "
+                          f"{quarantine_ns / NS:g} s", self.events)
+
+    def _reassert(self, conn: Connection, cluster: str, lease: MemberLease,
+                  now: Any) -> str:
+        """A live member's row that a promoted replica lacks, or holds an older
+        incarnation of, is written back as ours: during the quarantine nobody joined."""
+        mine = dict(holder=lease.holder, incarnation=lease.epoch, state="alive",
+                    last_seen=db_now(dialect_of(conn)), lease_ms=round(lease.ttl * 1000),
+                    advertise=lease.member.advertise, weight=lease.member.weight)
+        if now is None:
+            conn.execute(insert(members_table).values(
+                cluster=cluster, node=lease.member.node, renewals=0,
+                config_digest=self._digests.get(cluster, ""), **mine))
+            return "re-created its row (the replica never received it)"
+        conn.execute(update(members_table).where(
+            _m.cluster == cluster, _m.node == lease.member.node,
+            _m.incarnation == now[1]).values(renewals=_m.renewals + 1, **mine))
+        return (f"re-asserted its row (the replica's copy was stale: incarnation {now[1]}, "
+                f"holder {now[0]})")
 
     def _join_in(self, conn: Connection, cluster: str, member: Member, token: str,
                  lease_ms: int, digest: str) -> tuple[int, int]:
@@ -286,14 +366,22 @@ class SqlMembership:
         transaction); LeaseLostError when the row has another holder or incarnation."""
         cluster = self._cluster_of(lease)
         send = self.clock.monotonic_ns()
+        detect = self._detect(cluster)
+        change, ends, quarantine_ns, reasserted = None, None, 0, ""
         try:
             with self.engine.begin() as conn:
+                if detect:
+                    change, ends, quarantine_ns = self._failover_gate(
+                        conn, cluster, round(lease.ttl * 1000))
                 done = conn.execute(update(members_table).where(*self._ours(cluster, lease))
                                     .values(last_seen=db_now(dialect_of(conn)),
                                             renewals=_m.renewals + 1)).rowcount
                 if not done:
                     now = conn.execute(select(_m.holder, _m.incarnation, _m.state).where(
                         _m.cluster == cluster, _m.node == lease.member.node)).first()
+                    if ends is not None and (now is None or now[1] < lease.epoch):
+                        reasserted = self._reassert(conn, cluster, lease, now)
+                        done = 1
             if done:
                 # after the COMMIT: a view changed while it was on its way is seen here
                 # (a peer that read the old row long enough may have claimed meanwhile)
@@ -301,12 +389,19 @@ class SqlMembership:
                     view_epoch = self._epoch(conn, cluster)
         except SQLAlchemyError as exc:
             raise self._error(f"renewing member {lease.member.node!r}", exc) from None
+        if change is not None:
+            self._announce(change, cluster, quarantine_ns)
+        if reasserted:
+            log.warning("member %s of cluster %s: %s on the new primary after a database "
+                        "fail-over; the lease goes on", lease.member.node, cluster,
+                        reasserted)
         if not done:
             held = ("the row is gone" if now is None else
                     f"the row is now {now[2]} with holder {now[0]}, incarnation {now[1]}")
+            after = " after a database fail-over" if ends is not None else ""
             raise LeaseLostError(
                 f"member {lease.member.node!r} of cluster {cluster!r} is no longer ours "
-                f"(we held incarnation {lease.epoch} as {lease.holder}); {held}")
+                f"(we held incarnation {lease.epoch} as {lease.holder}); {held}{after}")
         lease_ns = round(lease.ttl * NS)
         return attrs.evolve(lease, view_epoch=view_epoch, deadline_ns=lease_deadline_ns(
             send, lease_ns, self._safety_ns(lease_ns)))
@@ -390,11 +485,17 @@ class SqlMembership:
             raise ValueError(f"seen_epoch must be an integer from 0 to 2**63 - 2, got "
                              f"{seen_epoch!r}")
         encoded = _encode(members)
+        change, ends, quarantine_ns = None, None, 0
         try:
             self.ensure_schema()
+            detect = self._detect(cluster)
             with write_transaction(self.engine) as conn:
                 now = db_now(dialect_of(conn))
-                if seen_epoch == 0:
+                if detect:
+                    change, ends, quarantine_ns = self._failover_gate(conn, cluster, 0)
+                if ends is not None:
+                    pass  # committed: the epoch's jump and the quarantine's start
+                elif seen_epoch == 0:
                     if conn.execute(select(_v.epoch).where(_v.cluster == cluster)).first():
                         return None
                     conn.execute(insert(cluster_view).values(
@@ -413,6 +514,13 @@ class SqlMembership:
         except SQLAlchemyError as exc:
             raise self._error(f"proposing epoch {seen_epoch + 1} of {cluster!r}",
                               exc) from None
+        if change is not None:
+            self._announce(change, cluster, quarantine_ns)
+        if ends is not None:
+            log.warning("cluster %s: no view is proposed until %s (database time): a "
+                        "database fail-over was detected in %s", cluster,
+                        f"{ends:%Y-%m-%dT%H:%M:%S}Z", self.where)
+            return None
         log.info("cluster %s: view epoch %d -> %d (%s)", cluster, seen_epoch, view.epoch,
                  ", ".join(view.nodes()) or "no members")
         return view

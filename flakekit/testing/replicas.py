@@ -1,8 +1,11 @@
-"""Throw-away PostgreSQL servers for fail-over drills: a primary and a streaming standby.
+"""Throw-away servers for fail-over drills: a PostgreSQL primary and a streaming standby
+(:class:`PgReplicaSet`), a MariaDB primary and a GTID replica (:class:`MariaReplicaSet`).
 
 Replication runs through a :class:`~flakekit.testing.proxy.TcpProxy` the test can cut,
-and clients connect through a second proxy that :meth:`PgReplicaSet.repoint` moves to the
-promoted standby (as a VIP or a DNS switch would). Servers run as the ``postgres`` user
+and clients connect through a second proxy that ``fail_over`` moves to the promoted
+standby (as a VIP or a DNS switch would). Both sets answer the same calls (``start``,
+``url``, ``standby.url``, ``cut_replication``, ``fail_over``, ``new_standby``,
+``stop``), so one drill runs on either. Servers run as the ``postgres`` user
 when started by root (PostgreSQL refuses root), in a directory of their own under /tmp.
 """
 
@@ -16,12 +19,24 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 from flakekit.testing.databases import free_port
 from flakekit.testing.proxy import TcpProxy
 
-__all__ = ["PG_BIN", "MariaServer", "PgReplicaSet", "PgServer", "mariadb_binaries_missing",
+__all__ = ["PG_BIN", "MariaReplicaSet", "MariaServer", "PgReplicaSet", "PgServer", "mariadb_binaries_missing",
            "pg_binaries_missing", "private_base"]
+
+class _Server(Protocol):
+    """A server of a replica set (PgServer, MariaServer)."""
+
+    port: int
+
+    def kill9(self) -> None: ...
+    def promote(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Server)
 
 PG_BIN = Path(os.environ.get("FLAKEKIT_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -110,17 +125,66 @@ def private_base(prefix: str) -> Path:
     return base
 
 
-class PgReplicaSet:
+class _ReplicaSet(Generic[S]):
+    """What both replica sets share: the proxies, the cut, the fail-over's promotion and
+    re-pointing, a fresh standby after it."""
+
+    primary: S
+    standby: S
+
+    def __init__(self) -> None:
+        self.replication: TcpProxy | None = None
+        self.clients: TcpProxy | None = None
+        self._retired: list[S] = []
+
+    def _new_standby(self) -> S:
+        raise NotImplementedError
+
+    def _stream_to(self, standby: S) -> None:
+        raise NotImplementedError
+
+    def new_standby(self) -> None:
+        """After :meth:`fail_over`: a fresh standby of the new primary (for a second)."""
+        self._retired.append(self.standby)
+        self.standby = self._new_standby()
+        self._stream_to(self.standby)
+
+    def cut_replication(self) -> None:
+        assert self.replication is not None
+        self.replication.cut()
+
+    def fail_over(self) -> None:
+        """kill -9 the primary, promote the standby, re-point the clients at it."""
+        self.primary.kill9()
+        self._promote()
+
+    def _promote(self) -> None:
+        assert self.clients is not None
+        self.standby.promote()
+        self.clients.target_port = self.standby.port
+        self.clients.cut()
+        self.clients.restore()
+        self._retired.append(self.primary)
+        self.primary, self.standby = self.standby, self.primary  # the dead one stays down
+
+    def _servers(self) -> list[S]:
+        """Every server, once each (after the proxies are stopped)."""
+        for proxy in (self.clients, self.replication):
+            if proxy is not None:
+                proxy.stop()
+        everyone: list[S] = [self.standby, self.primary, *self._retired]
+        return list({id(s): s for s in everyone}.values())
+
+
+class PgReplicaSet(_ReplicaSet[PgServer]):
     """A primary, a standby streaming from it through ``replication`` (a proxy), and
     ``clients``, the proxy clients connect to (:attr:`url`)."""
 
     def __init__(self, primary_settings: tuple[str, ...] = ()) -> None:
+        super().__init__()
         self.base = private_base("flakekit-replicas-")
         self.primary = PgServer(self.base, "primary", primary_settings)
         self.standby = PgServer(self.base, "standby")
-        self.replication: TcpProxy | None = None
-        self.clients: TcpProxy | None = None
-        self._retired: list[PgServer] = []
 
     def start(self) -> PgReplicaSet:
         self.primary.initdb().start()
@@ -138,38 +202,23 @@ class PgReplicaSet:
              "-R", "-X", "stream", "-c", "fast")
         standby.start()
 
-    def new_standby(self) -> None:
-        """After :meth:`fail_over`: a fresh standby of the new primary (for a second)."""
-        self._retired.append(self.standby)
-        self.standby = PgServer(self.base, f"standby{len(self._retired)}")
-        self._stream_to(self.standby)
+    def _new_standby(self) -> PgServer:
+        return PgServer(self.base, f"standby{len(self._retired)}")
 
     @property
     def url(self) -> str:
         assert self.clients is not None
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.clients.port}/postgres"
 
-    def cut_replication(self) -> None:
-        assert self.replication is not None
-        self.replication.cut()
-
-    def fail_over(self) -> None:
-        """kill -9 the primary, promote the standby, re-point the clients at it."""
-        assert self.clients is not None
-        self.primary.kill9()
-        self.standby.promote()
-        self.clients.target_port = self.standby.port
-        self.clients.cut()
-        self.clients.restore()
-        self._retired.append(self.primary)
-        self.primary, self.standby = self.standby, self.primary  # the dead one stays down
+    def switch_over(self) -> None:
+        """A planned switch-over with no loss: stop the primary cleanly (its shutdown
+        checkpoint waits until the standby has every commit), promote, re-point."""
+        _run(str(PG_BIN / "pg_ctl"), "-D", str(self.primary.data), "-m", "fast", "-w",
+             "stop")
+        self._promote()
 
     def stop(self) -> None:
-        for proxy in (self.clients, self.replication):
-            if proxy is not None:
-                proxy.stop()
-        servers = {id(s): s for s in (self.standby, self.primary, *self._retired)}
-        for stopping in [s.stop() for s in servers.values()]:
+        for stopping in [s.stop() for s in self._servers()]:
             if stopping is not None:
                 stopping.wait()
         shutil.rmtree(self.base, ignore_errors=True)
@@ -187,8 +236,10 @@ class MariaServer:
     """One private MariaDB server (binary log on, ``server_id``, extra ``options``) on a
     free loopback port; root with an empty password."""
 
-    def __init__(self, server_id: int = 1, options: tuple[str, ...] = ()) -> None:
+    def __init__(self, server_id: int = 1, options: tuple[str, ...] = (),
+                 database: str = "mysql") -> None:
         self.base = Path(tempfile.mkdtemp(prefix="flakekit-mariadb-"))
+        self.database = database
         if os.geteuid() == 0:
             shutil.chown(self.base, "mysql", "mysql")
         self.port = free_port()
@@ -198,7 +249,7 @@ class MariaServer:
 
     @property
     def url(self) -> str:
-        return f"mysql+pymysql://root@127.0.0.1:{self.port}/mysql"
+        return f"mysql+pymysql://root@127.0.0.1:{self.port}/{self.database}"
 
     def start(self) -> MariaServer:
         data = self.base / "data"
@@ -221,20 +272,104 @@ class MariaServer:
             time.sleep(0.05)
         return self
 
-    def stop(self) -> None:
+    def kill9(self) -> None:
+        """kill -9 of mariadbd (its files stay)."""
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+    def promote(self) -> None:
+        """Make this replica a primary."""
+        self.sql("STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0")
+
+    def sql(self, *statements: str) -> None:
+        """Run ``statements`` as root on this server (no database selected)."""
+        import pymysql
+
+        conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root",
+                               autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                for statement in statements:
+                    cur.execute(statement)
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.kill9()
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def main(env_file: str) -> None:
-    """``python -m flakekit.testing.replicas ENV_FILE`` (scripts/replicas.sh): start a
-    replica set, write its URLs to ENV_FILE, then on SIGUSR1 cut the replication, on
-    SIGUSR2 fail over (kill -9, promote, re-point), on SIGTERM stop everything."""
+#: every server of a MariaDB set: GTIDs strict, replicated events logged again (so a
+#: promoted replica's binary log serves a fresh replica from the start)
+_MARIA_OPTIONS = ("--gtid-strict-mode=ON", "--log-slave-updates=ON",
+                  "--binlog-format=ROW")
+
+
+class MariaReplicaSet(_ReplicaSet[MariaServer]):
+    """A MariaDB primary and a GTID replica of it (``MASTER_USE_GTID=slave_pos``)
+    through ``replication`` (a proxy), and ``clients``, the proxy clients connect to
+    (:attr:`url`). The drills' tables live in database ``drill``; ``options`` go to every
+    server (semi-sync settings, for example)."""
+
+    DATABASE = "drill"
+
+    def __init__(self, options: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.options = (*_MARIA_OPTIONS, *options)
+        self._ids = 0
+        self.primary = MariaServer(self._next_id(), self.options, self.DATABASE)
+        self.standby = self._new_standby()
+
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    def _new_standby(self) -> MariaServer:
+        return MariaServer(self._next_id(), (*self.options, "--read-only=ON"),
+                           self.DATABASE)
+
+    def start(self) -> MariaReplicaSet:
+        self.primary.start()
+        self.primary.sql(f"CREATE DATABASE {self.DATABASE}")
+        self._stream_to(self.standby)
+        self.clients = TcpProxy(self.primary.port).start()
+        return self
+
+    def _stream_to(self, standby: MariaServer) -> None:
+        """Start ``standby`` (empty) replicating everything from the primary, through
+        a new proxy (its GTID position is empty: it asks for the whole binary log)."""
+        if self.replication is not None:
+            self.replication.stop()
+        self.replication = TcpProxy(self.primary.port).start()
+        standby.start()
+        standby.sql(f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', "
+                    f"MASTER_PORT={self.replication.port}, MASTER_USER='root', "
+                    "MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, "
+                    "MASTER_CONNECT_RETRY=1", "START SLAVE")
+
+    @property
+    def url(self) -> str:
+        assert self.clients is not None
+        return f"mysql+pymysql://root@127.0.0.1:{self.clients.port}/{self.DATABASE}"
+
+    def stop(self) -> None:
+        for server in self._servers():
+            server.stop()
+
+
+def main(env_file: str, kind: str = "postgresql") -> None:
+    """``python -m flakekit.testing.replicas ENV_FILE [postgresql|mariadb]``
+    (scripts/replicas.sh): start a replica set, write its URLs to ENV_FILE, then on
+    SIGUSR1 cut the replication, on SIGUSR2 fail over (kill -9, promote, re-point), on
+    SIGTERM stop everything."""
     import threading
 
-    rs = PgReplicaSet().start()
+    sets: dict[str, type[PgReplicaSet] | type[MariaReplicaSet]] = {
+        "postgresql": PgReplicaSet, "mariadb": MariaReplicaSet}
+    if kind not in sets:
+        raise SystemExit(f"replicas: unknown kind {kind!r}; use postgresql or mariadb")
+    rs = sets[kind]().start()
     Path(env_file).write_text(
         f"FLAKEKIT_REPLICAS_URL={rs.url}\nFLAKEKIT_REPLICAS_PRIMARY_URL={rs.primary.url}\n"
         f"FLAKEKIT_REPLICAS_STANDBY_URL={rs.standby.url}\n")
@@ -252,4 +387,4 @@ def main(env_file: str) -> None:
 if __name__ == "__main__":
     import sys
 
-    main(sys.argv[1])
+    main(*sys.argv[1:3])
