@@ -143,11 +143,13 @@ def run_worker(
     sys.setswitchinterval(0.001)
     loop, loop_name = new_loop(options.loop)
     asyncio.set_event_loop(loop)
-    # before the join: a SIGTERM at any moment of the start-up ends in the graceful path
-    # below (the node leaves the cluster), never in a kill that leaves its row alive
+    # before the join: a SIGTERM at any moment of the start-up ends in a clean exit (the
+    # node never joins, or leaves), never in a kill that leaves its row alive. A plain
+    # handler while starting: uvloop drops a signal that arrives while it is not running
     stop = asyncio.Event()
+    requested: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        signal.signal(sig, lambda signum, _frame: requested.append(signum))
     kit = build_kit(config, get_host(), identity=_identity(
         options.port if options.requested_port is None else options.requested_port, process),
         as_member=False)
@@ -155,10 +157,14 @@ def run_worker(
     try:
         kit.start()
         node = None
-        if getattr(config, "cluster", None) is not None:
+        if getattr(config, "cluster", None) is not None and not requested:
             # joins the membership; the strict generators are served through it from now on
             node = kit.cluster_node(node=options.node, advertise=options.advertise)
             node.start()
+        if requested:   # stopped during the start-up: serve nothing (kit.close() leaves)
+            log.info("process %d: signal %d during the start-up; not serving", process,
+                     requested[0])
+            return 0
         service = IdService(kit, options, process=process, run_dir=run_dir,
                             stack=f"httptools + {loop_name}", cluster=node)
         from flakekit_server import otel_available
@@ -178,7 +184,7 @@ def run_worker(
         publisher = loop.create_task(_publish(service))
         if on_ready is not None:
             on_ready(service)
-        loop.run_until_complete(stop.wait())
+        loop.run_until_complete(_until_stopped(stop, requested))
         # graceful: no longer ready, stop accepting, close connections, then release
         service.stopping = True
         if publisher:
@@ -201,6 +207,18 @@ def run_worker(
             kit.close()
             loop.close()
     return 0
+
+
+async def _until_stopped(stop: asyncio.Event, requested: list[int]) -> None:
+    """Serve until SIGTERM/SIGINT: the loop's own handlers from now on, installed while
+    it runs (uvloop drops a signal that comes while it is not); one that came before
+    them, during the start-up's last steps, counts too."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if requested:
+        stop.set()
+    await stop.wait()
 
 
 async def _publish(service: IdService, interval: float = 1.0) -> None:
