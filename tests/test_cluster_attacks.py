@@ -114,8 +114,9 @@ def test_members_report_a_renewal_counter(pool):
     assert after.fingerprint == (lease.holder, lease.epoch, 1)
 
 
-def _node(name: str, engine: Engine, fence: SqlSegmentStore) -> ClusterNode:
-    node = ClusterNode(ClusterSettings("c", name, f"http://{name}:1", handoff_wait=0),
+def _node(name: str, engine: Engine, fence: SqlSegmentStore, lease: float = 10.0) -> ClusterNode:
+    node = ClusterNode(ClusterSettings("c", name, f"http://{name}:1", lease=lease,
+                                       handoff_wait=0),
                        SqlMembership(engine, MonotonicClock(), create_schema=True))
     for key in KEYS:
         node.add_strict(key, fence, SegmentSettings(wait_budget="200ms"))
@@ -210,3 +211,76 @@ def test_a_node_with_a_drifted_config_is_refused_and_serves_nothing(pool):
         assert all(a.next_id(key)[0] > top[key] for key in KEYS)
     finally:
         a.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgresql
+def test_a_late_renewal_commit_never_lets_the_deposed_owner_answer(pool, db_url, tcp_proxy):
+    """Two nodes (2 s lease); a's membership reaches the database through a proxy that
+    holds one of its renewals' COMMIT for 3.5 s, past the moment b takes a's keys (a's
+    record sat unchanged for the lease plus a margin on b's clock). One client per key
+    asks both nodes in turn: no ID out of order or twice, no answer under a lower owner
+    epoch than one already given (the deposed owner never answers after the new claim),
+    and b did serve a's keys meanwhile."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("one database is enough for the node-level drill")
+    port = _server_only(db_url)
+    direct = pool()
+    schema.upgrade_schema(direct, "cluster")
+    for key in KEYS:
+        SqlSegmentStore(direct).create(key, 20)
+    proxy = tcp_proxy(port)
+    a = _node("a", pool(proxied(db_url, proxy)), SqlSegmentStore(direct), lease=2.0)
+    b = _node("b", direct, SqlSegmentStore(direct), lease=2.0)
+    nodes = [a.start(), b.start()]
+    peer = SqlMembership(direct, MonotonicClock())
+    stop = threading.Event()
+    violations: list[str] = []
+    served: dict[str, list[tuple[str, int]]] = {k: [] for k in KEYS}   # (node, epoch)
+
+    def client(key: str) -> None:
+        top, top_epoch, seen = 0, 0, set()
+        while not stop.is_set():
+            for node in nodes:
+                try:
+                    value, epoch = node.next_id(key)
+                except (FlakekitError, ClusterError):
+                    continue
+                name = node.member.node
+                if value <= top or value in seen or epoch < top_epoch:
+                    violations.append(f"{key}: {value} (epoch {epoch}) from {name} after "
+                                      f"{top} (epoch {top_epoch})")
+                seen.add(value)
+                top, top_epoch = max(top, value), max(top_epoch, epoch)
+                served[key].append((name, epoch))
+            time.sleep(0.002)
+
+    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in KEYS]
+    try:
+        deadline = time.monotonic() + 30
+        while len(a.status()["members"]) < 2 or len(b.status()["members"]) < 2:
+            assert time.monotonic() < deadline, "the two nodes never agreed on a view"
+            time.sleep(0.05)
+        for t in threads:
+            t.start()
+        while not all(served.values()):
+            assert time.monotonic() < deadline, "not every key was served"
+            time.sleep(0.05)
+        before = {k: {n for n, _ in v} for k, v in served.items()}
+        renewals = next(m.version for m in peer.members("c") if m.node == "a")
+        while next(m.version for m in peer.members("c") if m.node == "a") == renewals:
+            time.sleep(0.01)   # right after a renewal: the next COMMIT is the next one's
+        proxy.stall_at(b"COMMIT", hold_s=3.5)
+        assert proxy.marker_hit.wait(10)
+        held_from = {k: len(v) for k, v in served.items()}
+        time.sleep(6.0)   # the hold, b's claims, a back after its late COMMIT
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+        for node in nodes:
+            node.close()
+    assert violations == []
+    taken = [k for k in KEYS if before[k] == {"a"}
+             and any(n == "b" for n, _ in served[k][held_from[k]:])]
+    assert taken, "b never served a key of a's while a's COMMIT was held"
