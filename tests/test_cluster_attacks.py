@@ -123,13 +123,58 @@ def _node(name: str, engine: Engine, fence: SqlSegmentStore, lease: float = 10.0
     return node
 
 
+class _Clients:
+    """One client per key asking every node in turn, each request after the previous one
+    ended: an ID not above every earlier one, seen twice, or under a lower owner epoch
+    than one already given is a violation (real-time order, I1, no stale owner)."""
+
+    def __init__(self, nodes: list[ClusterNode]) -> None:
+        self.nodes = nodes
+        self.violations: list[str] = []
+        self.served: dict[str, list[tuple[str, int]]] = {k: [] for k in KEYS}  # (node, epoch)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True)
+                         for k in KEYS]
+
+    def _run(self, key: str) -> None:
+        top, top_epoch, seen = 0, 0, set()
+        while not self._stop.is_set():
+            for node in self.nodes:
+                try:
+                    value, epoch = node.next_id(key)
+                except (FlakekitError, ClusterError):
+                    continue
+                name = node.member.node
+                if value <= top or value in seen or epoch < top_epoch:
+                    self.violations.append(f"{key}: {value} (epoch {epoch}) from {name} "
+                                           f"after {top} (epoch {top_epoch})")
+                seen.add(value)
+                top, top_epoch = max(top, value), max(top_epoch, epoch)
+                self.served[key].append((name, epoch))
+            time.sleep(0.002)
+
+    def start(self) -> _Clients:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def answers(self) -> int:
+        return sum(len(v) for v in self.served.values())
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(5)
+
+
 @pytest.mark.slow
 @pytest.mark.postgresql
 def test_a_database_clock_step_never_makes_two_owners(pool, db_url):
     """Default settings (10 s lease), two nodes, one client per key asking both nodes in
     turn. The database's wall clock steps forward by 12 s (every member looks lapsed on
-    it): no key gets an answer lower than one already given (real-time order), no ID
-    twice, and keys keep being served."""
+    it): no key gets an answer lower than one already given (real-time order) or under
+    a lower owner epoch than one already given (a stale owner), no ID twice, and keys
+    keep being served."""
     if not db_url.startswith("postgresql"):
         pytest.skip("one database is enough for the default-settings drill")
     engine = pool()
@@ -140,45 +185,22 @@ def test_a_database_clock_step_never_makes_two_owners(pool, db_url):
     nodes = [_node("a", engine, fence).start()]
     time.sleep(1.7)   # renewals half an interval apart: one sees the other lapsed for long
     nodes.append(_node("b", engine, fence).start())
-    stop = threading.Event()
-    violations: list[str] = []
-    answers: dict[str, int] = dict.fromkeys(KEYS, 0)
-    seen: dict[str, set[int]] = {k: set() for k in KEYS}
-
-    def client(key: str) -> None:
-        top = 0
-        while not stop.is_set():
-            for node in nodes:
-                try:
-                    value, _ = node.next_id(key)
-                except (FlakekitError, ClusterError):
-                    continue
-                if value <= top or value in seen[key]:
-                    violations.append(f"{key}: {value} after {top} from {node.member.node}")
-                seen[key].add(value)
-                top = max(top, value)
-                answers[key] += 1
-            time.sleep(0.002)
-
-    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in KEYS]
+    clients = _Clients(nodes)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(nodes[0].status()["members"]) < 2:
             time.sleep(0.05)
-        for t in threads:
-            t.start()
+        clients.start()
         time.sleep(1.0)
         age_rows(engine, 12, "cluster = 'c'", table="flakekit_members")   # the step
-        served_at_step = sum(answers.values())
+        served_at_step = clients.answers()
         time.sleep(14.0)   # past lease + margin: every hand-off it caused is over
     finally:
-        stop.set()
-        for t in threads:
-            t.join(5)
+        clients.close()
         for node in nodes:
             node.close()
-    assert violations == []
-    assert sum(answers.values()) > served_at_step   # still serving after the step
+    assert clients.violations == []
+    assert clients.answers() > served_at_step   # still serving after the step
 
 
 def test_a_node_with_a_drifted_config_is_refused_and_serves_nothing(pool):
@@ -234,35 +256,14 @@ def test_a_late_renewal_commit_never_lets_the_deposed_owner_answer(pool, db_url,
     b = _node("b", direct, SqlSegmentStore(direct), lease=2.0)
     nodes = [a.start(), b.start()]
     peer = SqlMembership(direct, MonotonicClock())
-    stop = threading.Event()
-    violations: list[str] = []
-    served: dict[str, list[tuple[str, int]]] = {k: [] for k in KEYS}   # (node, epoch)
-
-    def client(key: str) -> None:
-        top, top_epoch, seen = 0, 0, set()
-        while not stop.is_set():
-            for node in nodes:
-                try:
-                    value, epoch = node.next_id(key)
-                except (FlakekitError, ClusterError):
-                    continue
-                name = node.member.node
-                if value <= top or value in seen or epoch < top_epoch:
-                    violations.append(f"{key}: {value} (epoch {epoch}) from {name} after "
-                                      f"{top} (epoch {top_epoch})")
-                seen.add(value)
-                top, top_epoch = max(top, value), max(top_epoch, epoch)
-                served[key].append((name, epoch))
-            time.sleep(0.002)
-
-    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in KEYS]
+    clients = _Clients(nodes)
+    served = clients.served
     try:
         deadline = time.monotonic() + 30
         while len(a.status()["members"]) < 2 or len(b.status()["members"]) < 2:
             assert time.monotonic() < deadline, "the two nodes never agreed on a view"
             time.sleep(0.05)
-        for t in threads:
-            t.start()
+        clients.start()
         while not all(served.values()):
             assert time.monotonic() < deadline, "not every key was served"
             time.sleep(0.05)
@@ -275,12 +276,10 @@ def test_a_late_renewal_commit_never_lets_the_deposed_owner_answer(pool, db_url,
         held_from = {k: len(v) for k, v in served.items()}
         time.sleep(6.0)   # the hold, b's claims, a back after its late COMMIT
     finally:
-        stop.set()
-        for t in threads:
-            t.join(5)
+        clients.close()
         for node in nodes:
             node.close()
-    assert violations == []
+    assert clients.violations == []
     taken = [k for k in KEYS if before[k] == {"a"}
              and any(n == "b" for n, _ in served[k][held_from[k]:])]
     assert taken, "b never served a key of a's while a's COMMIT was held"

@@ -8,8 +8,15 @@ import time
 import urllib.request
 
 import pytest
-from cluster_testing import (STRICT_KEY, Cluster, Recorder, check_i1, check_i2, cluster_config,
-                             metric)
+from cluster_testing import (
+    STRICT_KEY,
+    Cluster,
+    Recorder,
+    check_i1,
+    check_i2,
+    cluster_config,
+    metric,
+)
 from server_testing import run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
