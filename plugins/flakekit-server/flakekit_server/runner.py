@@ -143,19 +143,31 @@ def run_worker(
     sys.setswitchinterval(0.001)
     loop, loop_name = new_loop(options.loop)
     asyncio.set_event_loop(loop)
-    # before the join: a SIGTERM at any moment of the start-up ends in a clean exit (the
-    # node never joins, or leaves), never in a kill that leaves its row alive. A plain
-    # handler while starting: uvloop drops a signal that arrives while it is not running
-    stop = asyncio.Event()
-    requested: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: requested.append(signum))
     kit = build_kit(config, get_host(), identity=_identity(
         options.port if options.requested_port is None else options.requested_port, process),
         as_member=False)
+    # before the join: a SIGTERM at any moment of the start-up ends in a clean exit (the
+    # node never joins, or leaves), never in a kill that leaves its row alive. Plain
+    # handlers until the loop serves (uvloop drops a signal that comes while it is not
+    # running): one cuts kit.start() short (a store that does not answer may hold it for
+    # its connect timeout); from the join on, a signal is only noted, never raised into it
+    stop = asyncio.Event()
+    requested: list[int] = []
+    starting = [True]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        requested.append(signum)
+        if starting[0]:
+            raise _StoppedStarting
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
     service: IdService | None = None
     try:
-        kit.start()
+        try:
+            kit.start()
+        finally:
+            starting[0] = False
         node = None
         if getattr(config, "cluster", None) is not None and not requested:
             # joins the membership; the strict generators are served through it from now on
@@ -199,6 +211,9 @@ def run_worker(
         loop.run_until_complete(state.finish(options.grace))
         loop.run_until_complete(asyncio.sleep(0.05))
         log.info("process %d: stopped serving; releasing leases", process)
+    except _StoppedStarting:
+        log.info("process %d: signal %d during the start-up; not serving", process,
+                 requested[0])
     finally:
         try:
             if service is not None:
@@ -207,6 +222,10 @@ def run_worker(
             kit.close()
             loop.close()
     return 0
+
+
+class _StoppedStarting(BaseException):
+    """SIGTERM/SIGINT while the kit starts: the start-up ends there (then kit.close())."""
 
 
 async def _until_stopped(stop: asyncio.Event, requested: list[int]) -> None:
