@@ -64,10 +64,11 @@ def log(msg: str) -> None:
 
 
 # -- the cluster -------------------------------------------------------------------------------
-def write_config(path: Path, url: str) -> None:
+def write_config(path: Path, url: str,
+                 membership: str = '{ type = "sql", backend = "main" }') -> None:
     path.write_text(
         f'[backends.main]\nurl = "{url}"\n\n'
-        '[cluster]\nname = "bench"\nmembership = { type = "sql", backend = "main" }\n\n'
+        f'[cluster]\nname = "bench"\nmembership = {membership}\n\n'
         f'[generators.{STRICT_GEN}]\nstrategy = "segment"\norder = "strict"\n'
         f'store = {{ type = "sql", backend = "main" }}\nkey = "{STRICT_KEY}"\n\n'
         f'[generators.{NODE_GEN}]\nstrategy = "segment"\n'

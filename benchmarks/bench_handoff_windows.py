@@ -11,16 +11,24 @@ until the other node answers::
     .venv/bin/python benchmarks/bench_handoff_windows.py crash sql 5
     .venv/bin/python benchmarks/bench_handoff_windows.py crash etcd 5
 
-(ZooKeeper's crash needs a real process kill: its client keeps the session alive by
-itself, so it is not simulated here.)
+ZooKeeper's crash needs a real process kill (its client keeps the session alive by
+itself): ``crash zk`` starts two real ``flakekit serve`` nodes (bench_cluster.py's
+launcher) on ZooKeeper membership, the second 1.7 s after the first, ``kill -9``s the
+key's owner at a random moment of its session and times until the other node answers::
+
+    .venv/bin/python benchmarks/bench_handoff_windows.py crash zk 5
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
@@ -73,7 +81,8 @@ def one_run(mode: str, store: str) -> float:
         for name in "ab":
             node = ClusterNode(ClusterSettings("c", name, f"http://{name}:1", handoff_wait=0),
                                membership(store, engine, root))
-            node.add_strict(key, fence, SegmentSettings())
+            # a store each, as in two processes (one remembers its own last range)
+            node.add_strict(key, SqlSegmentStore(engine), SegmentSettings())
             nodes.append(node.start())
             time.sleep(1.7)
         a, b = nodes
@@ -94,10 +103,57 @@ def one_run(mode: str, store: str) -> float:
         first_answer(b, key)
         took = time.monotonic() - started
         b.close()
-        if mode == "planned":
-            a.close()
+        a.close()   # a crashed one too: its threads and watches end (it releases nothing)
         engine.dispose()
         return took
+
+
+def process_crash(store: str) -> float:
+    """``kill -9`` of a real ``flakekit serve`` owner (ZooKeeper membership): time until
+    the other node answers the key."""
+    from bench_cluster import (
+        NODE_KEY,
+        STRICT_GEN,
+        STRICT_KEY,
+        Node,
+        cli,
+        http_get,
+        wait_agreed,
+        wait_serving,
+        write_config,
+    )
+
+    assert store == "zk", "only ZooKeeper needs real processes here"
+    tmp = Path(tempfile.mkdtemp(prefix="fk-bench-handoff-"))
+    nodes: list[Node] = []
+    try:
+        with fresh_server_database("postgresql") as url:
+            config = tmp / "cluster.toml"
+            write_config(config, url, membership=(
+                f'{{ type = "zookeeper", hosts = "{os.environ["ZK_HOSTS"]}", '
+                f'root = "/fk-bench-{uuid.uuid4().hex[:8]}" }}'))
+            for args in (("db", "init"), *(("segments", "create", key, "--step", "1000")
+                                           for key in (STRICT_KEY, NODE_KEY))):
+                done = cli(*args, "--config", str(config))
+                if done.returncode != 0:
+                    raise SystemExit(f"flakekit {' '.join(args)}: {done.stdout}{done.stderr}")
+            for name in ("n0", "n1"):
+                nodes.append(Node(name, config, tmp))
+                nodes[-1].start()
+                time.sleep(1.7)
+            view = wait_agreed(nodes, 2)
+            owner, other = sorted(nodes, key=lambda n: n.name != view["owners"][STRICT_KEY])
+            wait_serving(owner)
+            assert owner.proc is not None
+            owner.stop(signal.SIGKILL)
+            started = time.monotonic()
+            while http_get(other.port, f"/api/v1/next/{STRICT_GEN}?count=1")[0] != 200:
+                time.sleep(0.002)
+            return time.monotonic() - started
+    finally:
+        for node in nodes:
+            node.stop(signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _crashed(*_: object) -> None:
@@ -107,7 +163,12 @@ def _crashed(*_: object) -> None:
 def main() -> None:
     mode, store = sys.argv[1], sys.argv[2]
     runs = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-    took = [one_run(mode, store) for _ in range(runs)]
+    run = process_crash if (mode, store) == ("crash", "zk") else (
+        lambda store: one_run(mode, store))
+    took = []
+    for i in range(runs):
+        took.append(run(store))
+        print(f"run {i + 1}: {took[-1] * 1000:.0f} ms", file=sys.stderr, flush=True)
     print(f"{mode} hand-off, {store}: " + ", ".join(f"{t * 1000:.0f} ms" for t in took)
           + f"; max {max(took) * 1000:.0f} ms")
 

@@ -114,12 +114,57 @@ def test_members_report_a_renewal_counter(pool):
     assert after.fingerprint == (lease.holder, lease.epoch, 1)
 
 
-def _node(name: str, engine: Engine, fence: SqlSegmentStore) -> ClusterNode:
-    node = ClusterNode(ClusterSettings("c", name, f"http://{name}:1", handoff_wait=0),
+def _node(name: str, engine: Engine, fence: SqlSegmentStore, lease: float = 10.0) -> ClusterNode:
+    node = ClusterNode(ClusterSettings("c", name, f"http://{name}:1", lease=lease,
+                                       handoff_wait=0),
                        SqlMembership(engine, MonotonicClock(), create_schema=True))
     for key in KEYS:
         node.add_strict(key, fence, SegmentSettings(wait_budget="200ms"))
     return node
+
+
+class _Clients:
+    """One client per key asking every node in turn, each request after the previous one
+    ended: an ID not above every earlier one, seen twice, or under a lower owner epoch
+    than one already given is a violation (real-time order, I1, no stale owner)."""
+
+    def __init__(self, nodes: list[ClusterNode]) -> None:
+        self.nodes = nodes
+        self.violations: list[str] = []
+        self.served: dict[str, list[tuple[str, int]]] = {k: [] for k in KEYS}  # (node, epoch)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True)
+                         for k in KEYS]
+
+    def _run(self, key: str) -> None:
+        top, top_epoch, seen = 0, 0, set()
+        while not self._stop.is_set():
+            for node in self.nodes:
+                try:
+                    value, epoch = node.next_id(key)
+                except (FlakekitError, ClusterError):
+                    continue
+                name = node.member.node
+                if value <= top or value in seen or epoch < top_epoch:
+                    self.violations.append(f"{key}: {value} (epoch {epoch}) from {name} "
+                                           f"after {top} (epoch {top_epoch})")
+                seen.add(value)
+                top, top_epoch = max(top, value), max(top_epoch, epoch)
+                self.served[key].append((name, epoch))
+            time.sleep(0.002)
+
+    def start(self) -> _Clients:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def answers(self) -> int:
+        return sum(len(v) for v in self.served.values())
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(5)
 
 
 @pytest.mark.slow
@@ -127,8 +172,9 @@ def _node(name: str, engine: Engine, fence: SqlSegmentStore) -> ClusterNode:
 def test_a_database_clock_step_never_makes_two_owners(pool, db_url):
     """Default settings (10 s lease), two nodes, one client per key asking both nodes in
     turn. The database's wall clock steps forward by 12 s (every member looks lapsed on
-    it): no key gets an answer lower than one already given (real-time order), no ID
-    twice, and keys keep being served."""
+    it): no key gets an answer lower than one already given (real-time order) or under
+    a lower owner epoch than one already given (a stale owner), no ID twice, and keys
+    keep being served."""
     if not db_url.startswith("postgresql"):
         pytest.skip("one database is enough for the default-settings drill")
     engine = pool()
@@ -139,45 +185,22 @@ def test_a_database_clock_step_never_makes_two_owners(pool, db_url):
     nodes = [_node("a", engine, fence).start()]
     time.sleep(1.7)   # renewals half an interval apart: one sees the other lapsed for long
     nodes.append(_node("b", engine, fence).start())
-    stop = threading.Event()
-    violations: list[str] = []
-    answers: dict[str, int] = dict.fromkeys(KEYS, 0)
-    seen: dict[str, set[int]] = {k: set() for k in KEYS}
-
-    def client(key: str) -> None:
-        top = 0
-        while not stop.is_set():
-            for node in nodes:
-                try:
-                    value, _ = node.next_id(key)
-                except (FlakekitError, ClusterError):
-                    continue
-                if value <= top or value in seen[key]:
-                    violations.append(f"{key}: {value} after {top} from {node.member.node}")
-                seen[key].add(value)
-                top = max(top, value)
-                answers[key] += 1
-            time.sleep(0.002)
-
-    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in KEYS]
+    clients = _Clients(nodes)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and len(nodes[0].status()["members"]) < 2:
             time.sleep(0.05)
-        for t in threads:
-            t.start()
+        clients.start()
         time.sleep(1.0)
         age_rows(engine, 12, "cluster = 'c'", table="flakekit_members")   # the step
-        served_at_step = sum(answers.values())
+        served_at_step = clients.answers()
         time.sleep(14.0)   # past lease + margin: every hand-off it caused is over
     finally:
-        stop.set()
-        for t in threads:
-            t.join(5)
+        clients.close()
         for node in nodes:
             node.close()
-    assert violations == []
-    assert sum(answers.values()) > served_at_step   # still serving after the step
+    assert clients.violations == []
+    assert clients.answers() > served_at_step   # still serving after the step
 
 
 def test_a_node_with_a_drifted_config_is_refused_and_serves_nothing(pool):
@@ -210,3 +233,53 @@ def test_a_node_with_a_drifted_config_is_refused_and_serves_nothing(pool):
         assert all(a.next_id(key)[0] > top[key] for key in KEYS)
     finally:
         a.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgresql
+def test_a_late_renewal_commit_never_lets_the_deposed_owner_answer(pool, db_url, tcp_proxy):
+    """Two nodes (2 s lease); a's membership reaches the database through a proxy that
+    holds one of its renewals' COMMIT for 3.5 s, past the moment b takes a's keys (a's
+    record sat unchanged for the lease plus a margin on b's clock). One client per key
+    asks both nodes in turn: no ID out of order or twice, no answer under a lower owner
+    epoch than one already given (the deposed owner never answers after the new claim),
+    and b did serve a's keys meanwhile."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("one database is enough for the node-level drill")
+    port = _server_only(db_url)
+    direct = pool()
+    schema.upgrade_schema(direct, "cluster")
+    for key in KEYS:
+        SqlSegmentStore(direct).create(key, 20)
+    proxy = tcp_proxy(port)
+    a = _node("a", pool(proxied(db_url, proxy)), SqlSegmentStore(direct), lease=2.0)
+    b = _node("b", direct, SqlSegmentStore(direct), lease=2.0)
+    nodes = [a.start(), b.start()]
+    peer = SqlMembership(direct, MonotonicClock())
+    clients = _Clients(nodes)
+    served = clients.served
+    try:
+        deadline = time.monotonic() + 30
+        while len(a.status()["members"]) < 2 or len(b.status()["members"]) < 2:
+            assert time.monotonic() < deadline, "the two nodes never agreed on a view"
+            time.sleep(0.05)
+        clients.start()
+        while not all(served.values()):
+            assert time.monotonic() < deadline, "not every key was served"
+            time.sleep(0.05)
+        before = {k: {n for n, _ in v} for k, v in served.items()}
+        renewals = next(m.version for m in peer.members("c") if m.node == "a")
+        while next(m.version for m in peer.members("c") if m.node == "a") == renewals:
+            time.sleep(0.01)   # right after a renewal: the next COMMIT is the next one's
+        proxy.stall_at(b"COMMIT", hold_s=3.5)
+        assert proxy.marker_hit.wait(10)
+        held_from = {k: len(v) for k, v in served.items()}
+        time.sleep(6.0)   # the hold, b's claims, a back after its late COMMIT
+    finally:
+        clients.close()
+        for node in nodes:
+            node.close()
+    assert clients.violations == []
+    taken = [k for k in KEYS if before[k] == {"a"}
+             and any(n == "b" for n, _ in served[k][held_from[k]:])]
+    assert taken, "b never served a key of a's while a's COMMIT was held"

@@ -17,7 +17,6 @@ there which processes it expects, which are serving and how often each was resta
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import json
 import logging
@@ -29,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from flakekit.plugin import ConfigError, FlakekitError
@@ -144,34 +143,39 @@ def run_worker(
     sys.setswitchinterval(0.001)
     loop, loop_name = new_loop(options.loop)
     asyncio.set_event_loop(loop)
-    # Signals during the start-up, before the loop runs (its handlers would only fire
-    # once it does): outside the join a SIGTERM/SIGINT interrupts the start at once (the
-    # kit then closes what it holds); inside the join it is kept until the join is done,
-    # and the node then leaves at once. Never a kill that leaves the member row alive.
-    startup = _StartupSignals()
-    stop = asyncio.Event()
     kit = build_kit(config, get_host(), identity=_identity(
         options.port if options.requested_port is None else options.requested_port, process),
         as_member=False)
+    # before the join: a SIGTERM at any moment of the start-up ends in a clean exit (the
+    # node never joins, or leaves), never in a kill that leaves its row alive. Plain
+    # handlers until the loop serves (uvloop drops a signal that comes while it is not
+    # running): one cuts kit.start() short (a store that does not answer may hold it for
+    # its connect timeout); from the join on, a signal is only noted, never raised into it
+    stop = asyncio.Event()
+    requested: list[int] = []
+    starting = [True]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        requested.append(signum)
+        if starting[0]:
+            raise _StoppedStarting
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
     service: IdService | None = None
     try:
         try:
-            with startup.installed():
-                kit.start()
-                node = None
-                if getattr(config, "cluster", None) is not None:
-                    # joins the membership; the strict generators are served through it
-                    node = kit.cluster_node(node=options.node, advertise=options.advertise)
-                    with startup.deferred():
-                        node.start()
-                startup.hand_over(loop, stop.set)   # no gap without a handler
-        except _StartupInterrupted as exc:
-            log.info("process %d: %s during the start-up; stopping", process,
-                     signal.Signals(exc.signum).name)
-            return 0
-        if startup.asked is not None:   # came during the join: leave without serving
-            log.info("process %d: %s during the join; leaving", process,
-                     signal.Signals(startup.asked).name)
+            kit.start()
+        finally:
+            starting[0] = False
+        node = None
+        if getattr(config, "cluster", None) is not None and not requested:
+            # joins the membership; the strict generators are served through it from now on
+            node = kit.cluster_node(node=options.node, advertise=options.advertise)
+            node.start()
+        if requested:   # stopped during the start-up: serve nothing (kit.close() leaves)
+            log.info("process %d: signal %d during the start-up; not serving", process,
+                     requested[0])
             return 0
         service = IdService(kit, options, process=process, run_dir=run_dir,
                             stack=f"httptools + {loop_name}", cluster=node)
@@ -192,7 +196,7 @@ def run_worker(
         publisher = loop.create_task(_publish(service))
         if on_ready is not None:
             on_ready(service)
-        loop.run_until_complete(stop.wait())
+        loop.run_until_complete(_until_stopped(stop, requested))
         # graceful: no longer ready, stop accepting, close connections, then release
         service.stopping = True
         if publisher:
@@ -207,6 +211,9 @@ def run_worker(
         loop.run_until_complete(state.finish(options.grace))
         loop.run_until_complete(asyncio.sleep(0.05))
         log.info("process %d: stopped serving; releasing leases", process)
+    except _StoppedStarting:
+        log.info("process %d: signal %d during the start-up; not serving", process,
+                 requested[0])
     finally:
         try:
             if service is not None:
@@ -217,55 +224,20 @@ def run_worker(
     return 0
 
 
-class _StartupInterrupted(Exception):
-    """A SIGTERM/SIGINT arrived while the kit was starting (not inside the join)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+class _StoppedStarting(BaseException):
+    """SIGTERM/SIGINT while the kit starts: the start-up ends there (then kit.close())."""
 
 
-class _StartupSignals:
-    """SIGTERM/SIGINT handlers for the blocking start-up of a worker process: raise
-    :class:`_StartupInterrupted` at once, except inside :meth:`deferred` (the cluster
-    join), where the signal is only remembered in :attr:`asked`."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self) -> None:
-        self.asked: int | None = None
-        self._defer = False
-        self._handed_over = False
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.asked = signum
-        if not self._defer:
-            raise _StartupInterrupted(signum)
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        before = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-        try:
-            yield
-        finally:
-            if not self._handed_over:
-                for sig, handler in before.items():
-                    signal.signal(sig, handler)
-
-    def hand_over(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
-        """From now on the loop's handlers (``callback``) take the signals."""
-        self._defer = True   # a signal between the two installs is only remembered
-        for sig in self.SIGNALS:
-            loop.add_signal_handler(sig, callback)
-        self._handed_over = True
-
-    @contextlib.contextmanager
-    def deferred(self) -> Iterator[None]:
-        self._defer = True
-        try:
-            yield
-        finally:
-            self._defer = False
+async def _until_stopped(stop: asyncio.Event, requested: list[int]) -> None:
+    """Serve until SIGTERM/SIGINT: the loop's own handlers from now on, installed while
+    it runs (uvloop drops a signal that comes while it is not); one that came before
+    them, during the start-up's last steps, counts too."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if requested:
+        stop.set()
+    await stop.wait()
 
 
 async def _publish(service: IdService, interval: float = 1.0) -> None:

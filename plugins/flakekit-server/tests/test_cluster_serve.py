@@ -8,7 +8,15 @@ import time
 import urllib.request
 
 import pytest
-from cluster_testing import STRICT_KEY, Recorder, check_i1, check_i2, cluster_config, metric
+from cluster_testing import (
+    STRICT_KEY,
+    Cluster,
+    Recorder,
+    check_i1,
+    check_i2,
+    cluster_config,
+    metric,
+)
 from server_testing import run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
@@ -228,3 +236,42 @@ def test_node_and_advertise_from_the_environment(tmp_path, cluster_db, start_ser
         status, headers, body = server.get(LEAF)
         time.sleep(0.1)
     assert status == 200 and body.isdigit() and headers["x-flakekit-owner-epoch"].isdigit()
+
+
+def _member_row(cluster: Cluster, node: str) -> tuple[str, int] | None:
+    rows = cluster.sql("SELECT state, renewals FROM flakekit_members WHERE node = :n", n=node)
+    return (str(rows[0][0]), int(rows[0][1])) if rows else None
+
+
+def test_sigterm_at_any_moment_of_the_start_up_leaves_cleanly(tmp_path, cluster_db):
+    """SIGTERM at three moments of a real node's start-up (issue 20): while Python still
+    imports (no handler yet: it dies, but it never joined), while its join's INSERT is
+    held 1.5 s on its database path, and as soon as its member row reads ``alive``. After
+    every exit its row is ``left`` or absent, never ``alive``, and no key stays claimed
+    by it; once the handlers are in, the exit is the graceful one (status 0)."""
+    cluster = Cluster(tmp_path, cluster_db, 3)
+    try:
+        moments = dict(zip(("importing", "joining", "joined"), cluster.nodes, strict=True))
+        for moment, node in moments.items():
+            if moment == "joining":
+                node.proxy.stall_at(b"INSERT INTO flakekit_members", hold_s=1.5)
+            cluster.start(cluster.index(node), wait=False)
+            assert node.server is not None
+            proc = node.server.proc
+            deadline = time.monotonic() + 60
+            if moment == "joining":
+                assert node.proxy.marker_hit.wait(60), node.server.log()
+            while moment == "joined" and _member_row(cluster, node.name) != ("alive", 0):
+                assert proc.poll() is None and time.monotonic() < deadline, node.server.log()
+                time.sleep(0.005)
+            rc = node.server.stop()
+            node.server = None
+            row = _member_row(cluster, node.name)
+            assert row is None or row[0] == "left", (moment, row)
+            if moment != "importing":
+                assert row is not None and rc == 0, (moment, rc, row)
+            claimed = cluster.sql("SELECT biz_tag FROM flakekit_key_owner WHERE owner_node = "
+                                  ":n AND NOT released", n=node.name)
+            assert claimed == [], (moment, claimed)
+    finally:
+        cluster.close()
