@@ -661,8 +661,7 @@ class SegmentGenerator(StringIds):
             self.events.operation("segment.fetch", self.name, time.perf_counter_ns() - t0,
                                   {"key": self.key, "step": fetch_step}, str(exc))
             raise
-        finally:
-            elapsed = time.perf_counter_ns() - t0
+        elapsed = time.perf_counter_ns() - t0
         self.events.operation("segment.fetch", self.name, elapsed,
                               {"key": self.key, "step": alloc.step, "max_id": alloc.max_id}, None)
         self._latency_ns = max(0, self.clock.monotonic_ns() - sent)

@@ -28,6 +28,7 @@ from flakekit.leases.lease import (
     LeaseSource,
     LeaseTarget,
     Pushes,
+    TracedEvents,
     WorkerLease,
 )
 from flakekit.values.clock import Clock
@@ -248,10 +249,10 @@ class LeaseKeeper(Generic[L]):
     def _traced(self, lease: L, started_ns: int, error: str | None) -> None:
         """The renewal's round trip, for tracing (``flakekit_operation``), where the
         events take it (:class:`Events` does; a membership's or a test's need not)."""
-        operation = getattr(self.events, "operation", None)
-        if operation is not None:
-            operation("lease.renew", self.name, self.clock.monotonic_ns() - started_ns,
-                      {"subject": str(lease.subject)}, error)
+        if isinstance(self.events, TracedEvents):
+            self.events.operation("lease.renew", self.name,
+                                  self.clock.monotonic_ns() - started_ns,
+                                  {"subject": str(lease.subject)}, error)
 
     def _watch(self, callback: Callable[[str, str], None] | None) -> None:
         """Let a source that learns of a loss on its own (a ZooKeeper session watcher)

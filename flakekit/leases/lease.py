@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -26,6 +26,7 @@ __all__ = [
     "LeaseSource",
     "LeaseTarget",
     "Pushes",
+    "TracedEvents",
     "WorkerAllocator",
     "WorkerLease",
     "WorkerRecord",
@@ -111,8 +112,16 @@ class LeaseEvents(Protocol[LT]):
     def lease_acquired(self, generator: str, lease: LT) -> None: ...
     def lease_renewed(self, generator: str, lease: LT) -> None: ...
     def lease_lost(self, generator: str, lease: LT, reason: str) -> None: ...
-    # optional: ``operation(name, generator, duration_ns, attributes, error)`` gets each
-    # renewal's round trip (Events: the flakekit_operation hook)
+
+
+@runtime_checkable
+class TracedEvents(Protocol):
+    """Lease events that also take each renewal's round trip (optional:
+    :class:`~flakekit.values.events.Events` does, for the ``flakekit_operation`` hook; a
+    membership's or a test's events need not)."""
+
+    def operation(self, name: str, generator: str, duration_ns: int,
+                  attributes: dict[str, Any], error: str | None = None) -> None: ...
 
 
 # -- worker ids -------------------------------------------------------------------------------
