@@ -29,7 +29,7 @@ from flakekit.leases.lease import WorkerLease
 from flakekit.values.batch import IdBatch
 from flakekit.values.layout import SEQUENCE, TIME, BitLayout
 
-from .ticks import NEVER, Draws, Tick, TickClock
+from .ticks import NEVER, Draws, RunDraws, Tick, TickClock
 
 __all__ = ["GIL_ENABLED", "Core", "OneWorker", "expired_reason", "lease_node"]
 
@@ -41,7 +41,7 @@ GIL_ENABLED: bool = getattr(sys, "_is_gil_enabled", lambda: True)()
 NOT_STARTED = "not started: call start() or use the generator in a `with` block"
 
 NextId = Callable[[], int]
-Install = Callable[[Draws], None]
+Install = Callable[[Any], None]
 SetDeadline = Callable[[int], None]
 Current = Callable[[], tuple[Any, int]]
 
@@ -109,19 +109,19 @@ def lease_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
 
 
 def run_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
-                 first: Draws) -> tuple[NextId, Install, SetDeadline, Current]:
+                 first: RunDraws) -> tuple[NextId, Install, SetDeadline, Current]:
     """``workers = N``: ``next_id`` checks the run's deadline (the earliest of its ids'
     leases when it was opened, never raised); also the setter of the cell it reads."""
     run = first       # the run in use; replaced by install() under the lock
     unit, epoch_ns = layout.unit_ns, layout.epoch_ns
     mono, wall, offset = clock.monotonic_ns, clock.time_ns, clock.offset_ns
 
-    def install(st: Draws) -> None:
+    def install(st: RunDraws) -> None:
         nonlocal run
         run = st
 
     def current() -> tuple[Any, int]:
-        return run, run.deadline  # type: ignore[attr-defined]  # a Run
+        return run, run.deadline
 
     if offset is not None:   # wall = monotonic + offset: one monotonic read serves both
         shift = offset - epoch_ns
@@ -168,14 +168,16 @@ class Core:
     and which lease guards them (``check_lease``, ``draw_at``, ``take``,
     ``check_batch``, ``refuse_forked``)."""
 
-    def __init__(self, ticks: TickClock, first: Draws, run_deadline: bool) -> None:
+    def __init__(self, ticks: TickClock, first: Draws) -> None:
         self.ticks, self.name = ticks, ticks.name
         self.gil = GIL_ENABLED
         self.lock = self.new_lock()
         self.issued = 0   # IDs drawn from counters already replaced (stats)
-        loop = run_hot_loop if run_deadline else lease_hot_loop
-        draw, self.install, self.set_deadline, self.current = loop(
-            ticks.layout, ticks.clock, self.slow, first)
+        if isinstance(first, RunDraws):
+            loop = run_hot_loop(ticks.layout, ticks.clock, self.slow, first)
+        else:
+            loop = lease_hot_loop(ticks.layout, ticks.clock, self.slow, first)
+        draw, self.install, self.set_deadline, self.current = loop
         self.next_id: NextId = draw if self.gil else self._locked(draw)
 
     def new_lock(self) -> Any:
@@ -281,7 +283,7 @@ class OneWorker(Core):
         self.error: type[Exception] = NotStartedError
         self.reason = NOT_STARTED
         # closed: every draw goes to slow()
-        super().__init__(ticks, Tick(-1, 0, 0, -1, self.step), run_deadline=False)
+        super().__init__(ticks, Tick(-1, 0, 0, -1, self.step))
 
     def check_lease(self, now: int) -> None:
         if now > self.current()[1]:

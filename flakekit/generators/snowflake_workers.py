@@ -26,7 +26,7 @@ from flakekit.leases.lease import WorkerLease
 from flakekit.values.layout import SEQUENCE, TIME
 
 from .snowflake_core import NOT_STARTED, Core, expired_reason, lease_node
-from .ticks import NEVER, Draws, TickClock
+from .ticks import NEVER, RunDraws, TickClock
 
 __all__ = ["ManyWorkers", "Slot", "SlotTarget"]
 
@@ -56,12 +56,12 @@ class Slot:
         return now <= self.deadline and self.first_tick <= t <= self.last_tick
 
 
-class Run(Draws):
+class Run(RunDraws):
     """Finished IDs ``start, start + step, ...`` (``count`` of them) of one tick, from the
     ids in ``slots``; ``major`` / ``minor0`` place it in the tick's order. ``deadline`` is
     the earliest lease deadline of those ids when the run was opened."""
 
-    __slots__ = ("count", "deadline", "major", "minor0", "slots")
+    __slots__ = ("count", "major", "minor0", "slots")
 
     def __init__(self, tick: int, start: int, step: int, count: int, slots: list[Slot],
                  major: int, minor0: int, deadline: int | None = None) -> None:
@@ -132,7 +132,7 @@ class ManyWorkers(Core):
         self.keys: list[int] = []     # their worker ids (for bisect)
         self.group_cache: list[tuple[int, list[Group], list[int]]] = []
         # empty: every draw goes to slow()
-        super().__init__(ticks, Run(-1, 0, 1, 0, [self.nobody], 0, 0), run_deadline=True)
+        super().__init__(ticks, Run(-1, 0, 1, 0, [self.nobody], 0, 0))
 
     # -- the slow path --------------------------------------------------------------------
     def draw_at(self, now: int, t: int, st: Run) -> int | None:

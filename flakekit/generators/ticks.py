@@ -23,7 +23,7 @@ from flakekit.values.counter import peek
 from flakekit.values.events import Events
 from flakekit.values.layout import BitLayout
 
-__all__ = ["NEVER", "Draws", "Tick", "TickClock"]
+__all__ = ["NEVER", "Draws", "RunDraws", "Tick", "TickClock"]
 
 #: waits for the next tick sleep until this close to it, then spin (sleep overshoots)
 _SPIN_NS = 1_000_000
@@ -73,6 +73,15 @@ class Tick(Draws):
     def __init__(self, tick: int, base: int, start: int, top: int, step: int) -> None:
         self.base = base
         self._open(tick, start, top, step)
+
+
+class RunDraws(Draws):
+    """Draws that carry the deadline they may be issued until (``workers = N``: the
+    earliest lease deadline of the ids behind them when they were opened)."""
+
+    __slots__ = ("deadline",)
+
+    deadline: int
 
 
 class TickClock:
