@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/bench_ids.py            # best of 5 x ~1 s per generator
     .venv/bin/python benchmarks/bench_ids.py --quick    # best of 3 x ~0.3 s
     .venv/bin/python benchmarks/bench_ids.py --json     # machine-readable
+    .venv/bin/python benchmarks/bench_ids.py --compare-ref main   # this tree's snowflake
+        # generator against the one at a git ref, alternating the two repeat by repeat
 
 Every generator is timed the same way: a list comprehension over ``itertools.repeat``
 calling its "next ID" function, in chunks sized so one chunk takes about 0.1 s, until the
@@ -19,13 +21,21 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
+import importlib.util
+import io
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from itertools import repeat
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -240,6 +250,78 @@ def bench(repeats: int, seconds: float) -> list[Result]:
     return results
 
 
+def load_ref_generators(ref: str) -> Any:
+    """``flakekit.generators.snowflake`` as it is at git ``ref``: the ref's
+    ``flakekit/generators`` package, unpacked to a temporary folder and imported under
+    another name beside this tree's (the rest of flakekit is this tree's)."""
+    root = Path(__file__).resolve().parents[1]
+    tar = subprocess.run(["git", "-C", str(root), "archive", ref, "flakekit/generators"],
+                         check=True, capture_output=True).stdout
+    folder = Path(tempfile.mkdtemp(prefix="flakekit-ref-"))
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        archive.extractall(folder, filter="data")
+    package = folder / "flakekit" / "generators"
+    name = "_flakekit_ref_generators"
+    spec = importlib.util.spec_from_file_location(
+        name, package / "__init__.py", submodule_search_locations=[str(package)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module(f"{name}.snowflake")
+
+
+def compare(ref: str, repeats: int, seconds: float) -> list[tuple[str, Result, Result]]:
+    """This tree's snowflake generator against the one at ``ref``, in one process: each
+    case runs ``repeats`` times per side, the sides alternating (and swapping which goes
+    first) so the load of a shared machine falls on both alike."""
+    from flakekit.builtin.layouts import SNOWFLAKE
+    from flakekit.builtin.static import StaticAllocator, StaticSettings
+    from flakekit.generators import snowflake as this
+    from flakekit.values.clock import MonotonicClock
+
+    sides = {"ref": load_ref_generators(ref), "this": this}
+    cap = SNOWFLAKE.capacity().ids_per_second_per_worker
+    cases: list[tuple[str, str, int | None, Callable[[Check], Callable[[list[Any]], None]]]] = [
+        ("next_id()", "next_id", None, lambda c: c.ids),
+        ("next_ids(1000)", "next_ids", 1000, lambda c: c.batches),
+        ("next_ids(1_000_000)", "next_ids", 1_000_000, lambda c: c.batches),
+    ]
+    out = []
+    for label, method, arg, checker in cases:
+        gens = {side: module.SnowflakeGenerator(
+            SNOWFLAKE, MonotonicClock(), StaticAllocator(StaticSettings(worker_id=1)),
+            name="bench").start() for side, module in sides.items()}
+        checks = {side: Check() for side in sides}
+        results = {side: Result(f"{side} {label}", cap, []) for side in sides}
+        for k in range(repeats):
+            for side in (("ref", "this") if k % 2 == 0 else ("this", "ref")):
+                res = run(label, getattr(gens[side], method), arg=arg, per_call=arg or 1,
+                          cap=cap, repeats=1, seconds=seconds, check=checker(checks[side]))
+                results[side].rates += res.rates
+        for side in sides:
+            results[side].checked = checks[side].summary()
+            gens[side].close()
+        out.append((label, results["ref"], results["this"]))
+    return out
+
+
+def compare_table(ref: str, rows: list[tuple[str, Result, Result]]) -> str:
+    header = ("snowflake, monotonic, static", f"{ref} best", f"{ref} median", "this best",
+              "this median", "best this/ref", "median this/ref")
+    body = [(label, fmt_rate(old.best), fmt_rate(old.median), fmt_rate(new.best),
+             fmt_rate(new.median), f"{new.best / old.best:.3f}",
+             f"{new.median / old.median:.3f}") for label, old, new in rows]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                for i, (c, w) in enumerate(zip(row, widths))) + " |"
+              for row in body]
+    notes = [f"* {r.name}: {r.checked}" for _, old, new in rows for r in (old, new)]
+    return "\n".join(lines + [""] + notes)
+
+
 def skipped(peer: str) -> None:
     """A missing peer is left out of the table with a note (``pip install -e '.[benchmarks]'``)."""
     print(f"{peer} not installed (pip install -e '.[benchmarks]'); skipped", file=sys.stderr)
@@ -291,9 +373,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--compare-ref", metavar="REF", default=None,
+                        help="time this tree's snowflake generator against the one at git "
+                             "REF (e.g. main), alternating; no peers")
     args = parser.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 5)
     seconds = args.seconds or (0.3 if args.quick else 1.0)
+    if args.compare_ref:
+        rows = compare(args.compare_ref, repeats, seconds)
+        load = os.getloadavg()
+        print(f"CPython {sys.version.split()[0]} on {platform.machine()}, {repeats} repeats "
+              f"x ~{seconds:g} s per side, alternating; load average "
+              f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
+        print(compare_table(args.compare_ref, rows))
+        return 1 if any(r.checked.startswith("FAILED") for _, *pair in rows for r in pair) else 0
     results = bench(repeats, seconds)
     failed = any(r.checked.startswith("FAILED") for r in results)
     if args.json:

@@ -44,9 +44,14 @@ NextId = Callable[[], int]
 Install = Callable[[Any], None]
 SetDeadline = Callable[[int], None]
 Current = Callable[[], tuple[Any, int]]
+GetDeadline = Callable[[], int]
 
 
 def _no_deadline_cell(value: int) -> None:
+    raise TypeError("workers = N: each run carries its deadline")
+
+
+def _no_lease_deadline() -> int:
     raise TypeError("workers = N: each run carries its deadline")
 
 
@@ -67,7 +72,7 @@ def _no_deadline_cell(value: int) -> None:
 #   goes out. A revoked lease closes the counter and sets the deadline to -1.
 # - a used-up tick (i > limit) or a closed counter falls through to slow().
 def lease_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
-                   first: Draws) -> tuple[NextId, Install, SetDeadline, Current]:
+                   first: Draws) -> tuple[NextId, Install, SetDeadline, Current, GetDeadline]:
     """One worker id: ``next_id`` checks the lease's deadline (a cell, raised by a
     renewal without the lock); also the setters of the cells it reads."""
     state = first     # the counter in use; replaced by install() under the lock
@@ -85,6 +90,9 @@ def lease_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
 
     def current() -> tuple[Any, int]:
         return state, deadline
+
+    def lease_deadline() -> int:
+        return deadline
 
     if offset is not None:   # wall = monotonic + offset: one monotonic read serves both
         shift = offset - epoch_ns
@@ -105,11 +113,11 @@ def lease_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
                 if i <= st.limit and mono() <= deadline:  # open; the lease holds after it
                     return i
             return slow()
-    return next_id, install, set_deadline, current
+    return next_id, install, set_deadline, current, lease_deadline
 
 
 def run_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
-                 first: RunDraws) -> tuple[NextId, Install, SetDeadline, Current]:
+                 first: RunDraws) -> tuple[NextId, Install, SetDeadline, Current, GetDeadline]:
     """``workers = N``: ``next_id`` checks the run's deadline (the earliest of its ids'
     leases when it was opened, never raised); also the setter of the cell it reads."""
     run = first       # the run in use; replaced by install() under the lock
@@ -142,7 +150,7 @@ def run_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
                 if i <= st.limit and mono() <= st.deadline:  # open; leases hold after it
                     return i
             return slow()
-    return next_id, install, _no_deadline_cell, current
+    return next_id, install, _no_deadline_cell, current, _no_lease_deadline
 
 
 # --- end of the measured hot loop -----------------------------------------------------------
@@ -177,8 +185,16 @@ class Core:
             loop = run_hot_loop(ticks.layout, ticks.clock, self.slow, first)
         else:
             loop = lease_hot_loop(ticks.layout, ticks.clock, self.slow, first)
-        draw, self.install, self.set_deadline, self.current = loop
+        draw, self._install, self.set_deadline, self.current, self.lease_deadline = loop
+        self.state = first   # the counter in use, as the hot loop sees it (lock held)
+        self.read = ticks.read
         self.next_id: NextId = draw if self.gil else self._locked(draw)
+
+    def install(self, st: Any) -> None:
+        """Put ``st`` in use (lock held): in the hot loop's cell, and in ``state`` for
+        the slow path."""
+        self.state = st
+        self._install(st)
 
     def new_lock(self) -> Any:
         """With the GIL, a plain lock for the slow path; free-threaded, ``next_id`` takes
@@ -201,9 +217,9 @@ class Core:
         a lease that is gone, a fork."""
         with self.lock:
             while True:
-                now, t = self.ticks.read()
+                now, t = self.read()
                 self.check_lease(now)
-                st = self.current()[0]
+                st = self.state
                 if t < st.tick:
                     self.ticks.behind(st.tick, t)
                     continue
@@ -221,9 +237,9 @@ class Core:
         left = n
         with self.lock:
             while left:
-                now, t = self.ticks.read()
+                now, t = self.read()
                 self.check_lease(now)
-                st = self.current()[0]
+                st = self.state
                 if t < st.tick:
                     self.ticks.behind(st.tick, t)
                     continue
@@ -234,7 +250,7 @@ class Core:
     def issued_until_ns(self) -> int:
         """The end of the last tick a counter was opened for (0: none yet): the mark the
         next holder of the worker id must wait past."""
-        st = self.current()[0]
+        st = self.state
         return 0 if st.tick < 0 else (st.tick + 1) * self.ticks.unit + self.ticks.epoch_ns
 
     def forked(self) -> None:
@@ -286,18 +302,19 @@ class OneWorker(Core):
         super().__init__(ticks, Tick(-1, 0, 0, -1, self.step))
 
     def check_lease(self, now: int) -> None:
-        if now > self.current()[1]:
+        if now > self.lease_deadline():
             raise self.error(self.reason) if self.error is not ForkedProcessError \
                 else ForkedProcessError()
 
     def open_tick(self, t: int, first: int = 0) -> Tick:
         """Close the current tick's counter and install one for tick ``t`` from
         sequence ``first`` (lock held)."""
-        self.ticks.check_stampable(t, self.last_tick)
+        if t > self.last_tick or t > self.ticks.time_max:
+            self.ticks.check_stampable(t, self.last_tick)   # raises
         base = t << self.tshift | self.node
         new = Tick(t, base, base + first * self.step, base + self.seq_top * self.step,
                    self.step)
-        self.issued += self.current()[0].close()
+        self.issued += self.state.close()
         self.install(new)
         return new
 
@@ -337,7 +354,7 @@ class OneWorker(Core):
             self.last_tick = self.ticks.tick_bound(lease.stamp_until_ns)
             worker, rest = lease_node(self.layout, self.fixed_nodes, lease)
             self.node = rest | worker << self.wshift
-            floor = max(self.current()[0].tick, self.ticks.wait_for_mark(lease))
+            floor = max(self.state.tick, self.ticks.wait_for_mark(lease))
             closed = self.open_tick(floor, self.seq_top + 1)   # used up: the next draw opens a tick
             closed.limit = -1
             self.error, self.reason = LeaseExpiredError, expired_reason(self.name,
@@ -352,7 +369,7 @@ class OneWorker(Core):
     def revoke(self, reason: str, error: type[Exception] = LeaseLostError) -> None:
         with self.lock:
             self.error, self.reason = error, f"{self.name}: {reason}"
-            self.current()[0].limit = -1   # a draw from here on is rejected, whatever bind() does next
+            self.state.limit = -1   # a draw from here on is rejected, whatever bind() does next
             self.set_deadline(-1)
 
     def refuse_forked(self) -> None:

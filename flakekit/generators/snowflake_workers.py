@@ -169,7 +169,7 @@ class ManyWorkers(Core):
     def advance(self, t: int, now: int, install: bool = True) -> Run | None:
         """Close the current run and open the next one of tick ``t`` (lock held);
         ``install=False`` (a batch) leaves the closed one in place."""
-        old = self.current()[0]
+        old = self.state
         drawn = old.close()
         self.issued += drawn
         major, minor = (old.major, old.minor0 + drawn) if old.tick == t else (0, 0)
@@ -281,7 +281,7 @@ class ManyWorkers(Core):
         first = self.ticks.wait_for_mark(lease) + 1   # wait out the previous holder, unlocked
         with self.lock:
             self._refuse_twice(slot, worker)
-            st = self.current()[0]
+            st = self.state
             if slot in st.slots:
                 st.limit = -1
             slot.worker, slot.rest, slot.node = worker, rest, rest | worker << self.wshift
@@ -317,7 +317,7 @@ class ManyWorkers(Core):
             slot.reason = reason if reason.startswith(f"{self.name}:") else f"{self.name}: {reason}"
             slot.deadline = -1
             self.group_cache.clear()
-            st = self.current()[0]
+            st = self.state
             if slot in st.slots:
                 st.limit = -1   # the run in use has this id: closed at once
                 st.deadline = -1
@@ -329,4 +329,4 @@ class ManyWorkers(Core):
     def refuse_forked(self) -> None:
         for slot in self.slots:
             slot.error, slot.deadline = ForkedProcessError, -1
-        self.current()[0].limit = -1
+        self.state.limit = -1
