@@ -186,7 +186,7 @@ class Core:
         else:
             loop = lease_hot_loop(ticks.layout, ticks.clock, self.slow, first)
         draw, self._install, self.set_deadline, self.current, self.lease_deadline = loop
-        self.state = first   # the counter in use, as the hot loop sees it (lock held)
+        self.state: Any = first   # the counter in use, as the hot loop sees it (lock held)
         self.read = ticks.read
         self.next_id: NextId = draw if self.gil else self._locked(draw)
 
