@@ -31,7 +31,8 @@ from flakekit.values.layout import SEQUENCE, TIME, BitLayout
 
 from .ticks import NEVER, Draws, RunDraws, Tick, TickClock
 
-__all__ = ["GIL_ENABLED", "Core", "OneWorker", "expired_reason", "lease_node"]
+__all__ = ["GIL_ENABLED", "Core", "OneWorker", "expired_reason", "lease_hot_loop", "lease_node",
+           "run_hot_loop"]
 
 #: False on free-threaded CPython, where ``count.__next__`` is not atomic and ``next_id``
 #: takes the lock on every call. Read when a generator is built (tests set it False to
@@ -42,17 +43,7 @@ NOT_STARTED = "not started: call start() or use the generator in a `with` block"
 
 NextId = Callable[[], int]
 Install = Callable[[Any], None]
-SetDeadline = Callable[[int], None]
 Current = Callable[[], tuple[Any, int]]
-GetDeadline = Callable[[], int]
-
-
-def _no_deadline_cell(value: int) -> None:
-    raise TypeError("workers = N: each run carries its deadline")
-
-
-def _no_lease_deadline() -> int:
-    raise TypeError("workers = N: each run carries its deadline")
 
 
 # --- measured hot loop -------------------------------------------------------------------
@@ -71,8 +62,8 @@ def _no_lease_deadline() -> int:
 #   the run's: the earliest of its ids' leases when it was opened) is checked before it
 #   goes out. A revoked lease closes the counter and sets the deadline to -1.
 # - a used-up tick (i > limit) or a closed counter falls through to slow().
-def lease_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
-                   first: Draws) -> tuple[NextId, Install, SetDeadline, Current, GetDeadline]:
+def lease_hot_loop(layout: BitLayout, clock: Any, slow: NextId, first: Draws) -> tuple[
+        NextId, Install, Current, Callable[[int], None], Callable[[], int]]:
     """One worker id: ``next_id`` checks the lease's deadline (a cell, raised by a
     renewal without the lock); also the setters of the cells it reads."""
     state = first     # the counter in use; replaced by install() under the lock
@@ -113,11 +104,11 @@ def lease_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
                 if i <= st.limit and mono() <= deadline:  # open; the lease holds after it
                     return i
             return slow()
-    return next_id, install, set_deadline, current, lease_deadline
+    return next_id, install, current, set_deadline, lease_deadline
 
 
 def run_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
-                 first: RunDraws) -> tuple[NextId, Install, SetDeadline, Current, GetDeadline]:
+                 first: RunDraws) -> tuple[NextId, Install, Current]:
     """``workers = N``: ``next_id`` checks the run's deadline (the earliest of its ids'
     leases when it was opened, never raised); also the setter of the cell it reads."""
     run = first       # the run in use; replaced by install() under the lock
@@ -150,7 +141,7 @@ def run_hot_loop(layout: BitLayout, clock: Any, slow: NextId,
                 if i <= st.limit and mono() <= st.deadline:  # open; leases hold after it
                     return i
             return slow()
-    return next_id, install, _no_deadline_cell, current, _no_lease_deadline
+    return next_id, install, current
 
 
 # --- end of the measured hot loop -----------------------------------------------------------
@@ -176,18 +167,16 @@ class Core:
     and which lease guards them (``check_lease``, ``draw_at``, ``take``,
     ``check_batch``, ``refuse_forked``)."""
 
-    def __init__(self, ticks: TickClock, first: Draws) -> None:
-        self.ticks, self.name = ticks, ticks.name
+    def __init__(self, ticks: TickClock, first: Draws, draw: NextId, install: Install,
+                 current: Current) -> None:
+        """``draw``, ``install``, ``current``: the hot loop built around ``self.slow``
+        (first in use: ``first``) and the setter and getter of its counter cell."""
+        self.ticks, self.name, self.read = ticks, ticks.name, ticks.read
         self.gil = GIL_ENABLED
         self.lock = self.new_lock()
         self.issued = 0   # IDs drawn from counters already replaced (stats)
-        if isinstance(first, RunDraws):
-            loop = run_hot_loop(ticks.layout, ticks.clock, self.slow, first)
-        else:
-            loop = lease_hot_loop(ticks.layout, ticks.clock, self.slow, first)
-        draw, self._install, self.set_deadline, self.current, self.lease_deadline = loop
+        self._install, self.current = install, current
         self.state: Any = first   # the counter in use, as the hot loop sees it (lock held)
-        self.read = ticks.read
         self.next_id: NextId = draw if self.gil else self._locked(draw)
 
     def install(self, st: Any) -> None:
@@ -298,8 +287,10 @@ class OneWorker(Core):
         self.last_tick = NEVER   # the lease's last tick (its stamp_until)
         self.error: type[Exception] = NotStartedError
         self.reason = NOT_STARTED
-        # closed: every draw goes to slow()
-        super().__init__(ticks, Tick(-1, 0, 0, -1, self.step))
+        closed = Tick(-1, 0, 0, -1, self.step)   # every draw goes to slow()
+        draw, install, current, self.set_deadline, self.lease_deadline = lease_hot_loop(
+            layout, ticks.clock, self.slow, closed)
+        super().__init__(ticks, closed, draw, install, current)
 
     def check_lease(self, now: int) -> None:
         if now > self.lease_deadline():

@@ -25,7 +25,7 @@ from flakekit.errors import (
 from flakekit.leases.lease import WorkerLease
 from flakekit.values.layout import SEQUENCE, TIME
 
-from .snowflake_core import NOT_STARTED, Core, expired_reason, lease_node
+from .snowflake_core import NOT_STARTED, Core, expired_reason, lease_node, run_hot_loop
 from .ticks import NEVER, RunDraws, TickClock
 
 __all__ = ["ManyWorkers", "Slot", "SlotTarget"]
@@ -131,8 +131,8 @@ class ManyWorkers(Core):
         self.order: list[Slot] = []   # bound slots by worker id
         self.keys: list[int] = []     # their worker ids (for bisect)
         self.group_cache: list[tuple[int, list[Group], list[int]]] = []
-        # empty: every draw goes to slow()
-        super().__init__(ticks, Run(-1, 0, 1, 0, [self.nobody], 0, 0))
+        empty = Run(-1, 0, 1, 0, [self.nobody], 0, 0)   # every draw goes to slow()
+        super().__init__(ticks, empty, *run_hot_loop(layout, ticks.clock, self.slow, empty))
 
     # -- the slow path --------------------------------------------------------------------
     def draw_at(self, now: int, t: int, st: Run) -> int | None:
