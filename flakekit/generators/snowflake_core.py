@@ -4,7 +4,7 @@ one-id and the N-id generators share.
 ``next_id()`` is the hot loop (below, between the ``measured hot loop`` markers): a
 closure over two cells, ``state`` (the current tick's or run's counter) and ``deadline``
 (the one-id path's lease deadline), that reads the clock once, draws once from an
-``itertools.count`` and compares twice. Anything else goes to :meth:`Core.slow`
+``itertools.count`` and checks the draw against the counter's limit and the deadline. Anything else goes to :meth:`Core.slow`
 under the lock, which the two kinds of core fill in: :class:`OneWorker` here,
 ``ManyWorkers`` in :mod:`flakekit.generators.snowflake_workers`.
 
@@ -47,14 +47,16 @@ Current = Callable[[], tuple[Any, int]]
 
 
 # --- measured hot loop -------------------------------------------------------------------
-# benchmarks/bench_ids.py times these lines ("flakekit next_id()"). Per ID: one clock
-# read, one draw from an atomic itertools.count, two compares, and no other call: no hook,
-# no I/O, no lock (DESIGN.md §1.4). Keep them that way; everything else is slow().
+# benchmarks/bench_ids.py times these lines ("flakekit next_id()"). Per ID: one clock read
+# (a clock without a fixed offset: wall for the tick, monotonic for the lease), one draw
+# from an atomic itertools.count, the tick compare and two checks, and no other call: no
+# hook, no I/O, no lock (DESIGN.md §1.4). Keep them that way; everything else is slow().
 #
 # What each line enforces (DESIGN.md §1):
 # - never a duplicate: a tick's IDs come from one itertools.count whose __next__ is
-#   atomic under the GIL, so no two threads draw one value; a counter is replaced, never
-#   reset, and closed (limit = -1) before the one after it opens.
+#   atomic under the GIL, so no two threads draw one value (free-threaded CPython:
+#   Core._locked holds the lock around next_id); a counter is replaced, never reset, and
+#   closed (limit = -1) before the one after it opens.
 # - time-ordered: the counter serves only the tick it was opened for (tick == st.tick);
 #   a later tick opens a new counter above it in slow(), an earlier one waits or raises.
 # - no ID without a valid lease, checked after the ID is formed and before it is
