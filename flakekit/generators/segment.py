@@ -436,10 +436,13 @@ class SegmentGenerator(StringIds):
                 "and reachable from this host (the fetcher keeps retrying)"
             )
         elif wait is None or self._stats.fetches == wait.fetches:
+            cause = getattr(self.store, "stall_cause", None)
+            cause = cause() if callable(cause) else None  # an away synchronous standby
+            check = (cause if isinstance(cause, str) else "check that the database is up, "
+                     "reachable and not locked or overloaded")
             message = (
                 f"segment key {self.key!r}: no IDs left in memory and {store} did not answer "
-                f"within {budget}; check that the database is up, reachable and not "
-                "locked or overloaded (the fetcher keeps retrying)"
+                f"within {budget}; {check} (the fetcher keeps retrying)"
             )
         else:  # segments did arrive, and were used up before this caller got an ID
             message = (
