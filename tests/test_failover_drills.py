@@ -517,3 +517,53 @@ def test_mariadb_semi_sync_falls_back_then_fails_over(protected):
             assert twice > 0
     finally:
         rs.stop()
+
+
+@pytest.mark.postgresql
+def test_sync_cancelled_commits_then_fail_over(protected, monkeypatch):
+    """PostgreSQL synchronous replication, the standby cut off, and every commit stuck
+    waiting for it cancelled (``pg_cancel_backend``, what a long-query killer does:
+    PostgreSQL keeps it locally and answers success with a WARNING); then kill -9 and
+    promotion of the standby, which never got those commits: no ID issued twice. Without
+    the defences (the notice handler and detection) the cancelled ranges are used."""
+    if pg_binaries_missing():
+        pytest.skip(pg_binaries_missing())
+    if not protected:
+        from flakekit.sql import backends
+
+        monkeypatch.setattr(backends, "watch_sync_cancellations", lambda raw: None)
+    rs = PgReplicaSet(("synchronous_standby_names=walreceiver",)).start()
+    try:
+        setup = create_engine(rs.url)
+        SqlSegmentStore(setup).create("orders", step=1000)
+        setup.dispose()
+        drawers = _Drawers(rs.url).start()
+        _served_again(drawers)
+        rs.cut_replication()
+        killer = create_engine(rs.primary.url)      # the killer, on the primary itself
+        cancelled = 0
+        until = time.monotonic() + 8
+        while time.monotonic() < until:
+            with killer.connect() as conn:
+                cancelled += conn.execute(text(
+                    "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity "
+                    "WHERE wait_event = 'SyncRep'")).scalar_one()
+            time.sleep(0.05)
+        killer.dispose()
+        rs.fail_over()                              # the standby lacks every one of them
+        _fetched_again(drawers)
+        time.sleep(1)
+        drawers.stop()
+        twice = drawers.duplicates()
+        messages = sorted({e.split(": ", 1)[-1][:140] for _, e in drawers.errors})
+        print(f"protected={protected}: {cancelled} commits cancelled; {twice} of "
+              f"{drawers.count()} IDs issued twice; callers failed for "
+              f"{drawers.outage():.1f} s; {messages[:2]}")
+        assert cancelled > 0
+        if protected:
+            assert twice == 0
+            assert any("not made durable" in e for _, e in drawers.errors)
+        else:
+            assert twice > 0
+    finally:
+        rs.stop()
