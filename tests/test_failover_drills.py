@@ -119,6 +119,7 @@ def test_segments_async_cut_kill_promote(replicas, protected):
     _replicated(replicas, "SELECT max_id FROM leaf_alloc", ranges[-1][1])
     replicas.cut_replication()
     ranges += [(a.start, a.max_id) for a in (old.fetch("orders") for _ in range(20))]
+    killed = time.monotonic()
     replicas.fail_over()
 
     engine_b = create_engine(replicas.url, pool_pre_ping=True)
@@ -126,9 +127,11 @@ def test_segments_async_cut_kill_promote(replicas, protected):
     if not protected:  # nor the high-water floor: flakekit before issue 19
         old._high = _Forgetful()
         fresh._high = _Forgetful()
+    served = 0.0
     for store in (fresh, old, fresh, old):
         got = _retrying(lambda s=store: s.fetch("orders"))
         ranges.append((got.start, got.max_id))
+        served = served or time.monotonic()
     first = _duplicates(ranges)
 
     # a second fail-over in a row: a new standby of the promoted one, cut, lost, promoted
@@ -142,7 +145,8 @@ def test_segments_async_cut_kill_promote(replicas, protected):
         ranges.append((got.start, got.max_id))
     twice = _duplicates(ranges)
     print(f"protected={protected}: {first} IDs issued twice after the first fail-over, "
-          f"{twice} of {sum(e - s for s, e in ranges)} after the second")
+          f"{twice} of {sum(e - s for s, e in ranges)} after the second; the first range "
+          f"{served - killed:.1f} s after kill -9 (promotion included)")
     engine_a.dispose()
     engine_b.dispose()
     if protected:
@@ -173,6 +177,7 @@ def test_workers_async_cut_kill_promote(replicas, protected):
     recorder = EventRecorder()
     holder = _allocator(replicas.url, 2, recorder.events)
     lease = holder.acquire(request)  # the standby never receives this row
+    killed = time.monotonic()
     replicas.fail_over()
 
     newcomer = _allocator(replicas.url, 3, recorder.events)
@@ -195,7 +200,8 @@ def test_workers_async_cut_kill_promote(replicas, protected):
     # two holders: the newcomer got the id while the holder's lease was still valid
     shared = ([granted.worker_id] if granted.worker_id == lease.worker_id
               and lease.deadline_ns > clock.monotonic_ns() else [])
-    print(f"protected={protected}: worker ids held twice: {shared}")
+    print(f"protected={protected}: worker ids held twice: {shared}; a new id granted "
+          f"{time.monotonic() - killed:.1f} s after kill -9 (reclaim age 2 s)")
     for allocator in (first, holder, newcomer):
         allocator.engine.dispose()
     if protected:
@@ -445,7 +451,7 @@ def test_sync_cut_longer_than_the_reply_limit(protected):
         twice = drawers.duplicates()
         print(f"protected={protected}: {twice} of {drawers.count()} IDs issued twice; "
               f"callers failed for {drawers.outage():.1f} s ({len(drawers.errors)} errors); "
-              f"while away: {sorted({e.split(': ', 1)[-1][:160] for e in during})[:3]}")
+              f"while away, e.g.: {during[-1]}")
         assert twice == 0
         assert during, "no caller failed while the standby was away"
         unnamed = [e for e in during if "synchronous_standby_names = 'walreceiver'" not in e]

@@ -215,6 +215,7 @@ class DurabilityWatch:
     _read_at: float = -1e18
     _lock: threading.Lock = attrs.Factory(threading.Lock)
     _probing: threading.Thread | None = None
+    _tried_at: float = -1e18
 
     def listen(self, events: Events) -> None:
         """Send this backend's ``database-durability`` alerts to ``events`` too."""
@@ -277,9 +278,13 @@ class DurabilityWatch:
         if stale and wait_s > 0 and probing is not None:
             probing.join(wait_s)
         last = self.last
-        return last.waiting if last is not None else None
+        if last is None or (self._read_at < self._tried_at and not (
+                probing is not None and probing.is_alive())):
+            return None  # the last check failed: the server itself is away, say
+        return last.waiting
 
     def _read_quietly(self, engine: Engine) -> None:
+        self._tried_at = time.monotonic()
         try:
             self.read(engine)
         except Exception as exc:  # noqa: BLE001  # the caller's own error says enough
