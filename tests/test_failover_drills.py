@@ -6,9 +6,10 @@ docs/replicated-databases.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -408,6 +409,24 @@ def _served_again(drawers: _Drawers, seconds: float = 120) -> None:
         time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def _sync_drawers() -> Iterator[tuple[PgReplicaSet, _Drawers]]:
+    """A PostgreSQL primary whose commits wait for its streaming standby
+    (``synchronous_standby_names``), key ``orders`` and three processes drawing from it."""
+    if pg_binaries_missing():
+        pytest.skip(pg_binaries_missing())
+    rs = PgReplicaSet(("synchronous_standby_names=walreceiver",)).start()
+    try:
+        setup = create_engine(rs.url)
+        SqlSegmentStore(setup).create("orders", step=1000)
+        setup.dispose()
+        drawers = _Drawers(rs.url).start()
+        _served_again(drawers)
+        yield rs, drawers
+    finally:
+        rs.stop()
+
+
 def _fetched_again(drawers: _Drawers, fetches: int = 2, seconds: float = 120) -> None:
     """Wait until every process fetched ``fetches`` more segments and served from them."""
     counts = [gen._stats.fetches for gen in drawers.gens]
@@ -425,15 +444,7 @@ def test_sync_cut_longer_than_the_reply_limit(protected):
     limit (statement_timeout 30 s + 5 s, the defaults): callers fail while it is away,
     with messages that name the standby; then kill -9 and promotion of the standby (it
     has every acknowledged commit): no ID issued twice."""
-    if pg_binaries_missing():
-        pytest.skip(pg_binaries_missing())
-    rs = PgReplicaSet(("synchronous_standby_names=walreceiver",)).start()
-    try:
-        setup = create_engine(rs.url)
-        SqlSegmentStore(setup).create("orders", step=1000)
-        setup.dispose()
-        drawers = _Drawers(rs.url).start()
-        _served_again(drawers)
+    with _sync_drawers() as (rs, drawers):
         time.sleep(1)
         cut = time.monotonic()
         rs.cut_replication()
@@ -456,8 +467,6 @@ def test_sync_cut_longer_than_the_reply_limit(protected):
         assert during, "no caller failed while the standby was away"
         unnamed = [e for e in during if "synchronous_standby_names = 'walreceiver'" not in e]
         assert not unnamed, unnamed[:3]
-    finally:
-        rs.stop()
 
 
 @pytest.mark.mariadb
@@ -532,19 +541,11 @@ def test_sync_cancelled_commits_then_fail_over(protected, monkeypatch):
     PostgreSQL keeps it locally and answers success with a WARNING); then kill -9 and
     promotion of the standby, which never got those commits: no ID issued twice. Without
     the defences (the notice handler and detection) the cancelled ranges are used."""
-    if pg_binaries_missing():
-        pytest.skip(pg_binaries_missing())
     if not protected:
         from flakekit.sql import backends
 
         monkeypatch.setattr(backends, "watch_sync_cancellations", lambda raw: None)
-    rs = PgReplicaSet(("synchronous_standby_names=walreceiver",)).start()
-    try:
-        setup = create_engine(rs.url)
-        SqlSegmentStore(setup).create("orders", step=1000)
-        setup.dispose()
-        drawers = _Drawers(rs.url).start()
-        _served_again(drawers)
+    with _sync_drawers() as (rs, drawers):
         rs.cut_replication()
         killer = create_engine(rs.primary.url)      # the killer, on the primary itself
         cancelled = 0
@@ -571,5 +572,3 @@ def test_sync_cancelled_commits_then_fail_over(protected, monkeypatch):
             assert any("not made durable" in e for _, e in drawers.errors)
         else:
             assert twice > 0
-    finally:
-        rs.stop()

@@ -26,7 +26,7 @@ A scope whose row was first written within the replication lag has no row on the
 promoted replica, and its change would go unseen. So the worker registry and the key
 owners have one scope per database (made at the first grant or claim ever), a cluster
 one per cluster, and a key's scope lives under its table's (``segments:TABLE``, made at
-the table's first fetch or key): :func:`prepare_under` starts a key's missing row as
+the table's first fetch or key): :func:`prepare` (``under`` the table's) starts a key's missing row as
 written by the *old* primary when the table's row shows a fail-over, so the key's first
 fetch skips ahead too (it may have been first fetched on the old primary within the
 lag). A key *created* within the lag is not on the replica at all; re-created there, it
@@ -65,7 +65,6 @@ __all__ = [
     "detection_ready",
     "primary_identity",
     "prepare",
-    "prepare_under",
     "primary_marker",
     "mark_written",
     "quarantine_end",
@@ -160,9 +159,19 @@ def detection_ready(engine: Engine) -> bool:
 _PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
-def prepare(engine: Engine, scope: str) -> None:
+def prepare(engine: Engine, scope: str, under: str | None = None) -> None:
     """Before the first transaction of ``scope``: make its row in a transaction of its
-    own (concurrent first inserts inside the fetch transactions deadlock on MariaDB)."""
+    own (concurrent first inserts inside the fetch transactions deadlock on MariaDB).
+
+    ``under``: the scope's parent (a key's table), prepared first. When the parent's
+    row shows a fail-over (another primary wrote it, or one was detected on it) and
+    ``scope`` has no row, the row starts as written by the old primary: the key may have
+    been first fetched there within the replication lag, so its first fetch here must
+    detect the change and skip ahead. The cost: one skip for a key first fetched after a
+    fail-over (a key made by ``create`` gets its row with the key's).
+    """
+    if under is not None:
+        prepare(engine, under)
     with _READY_LOCK:
         if scope in _PREPARED.setdefault(engine, set()):
             return
@@ -174,33 +183,13 @@ def prepare(engine: Engine, scope: str) -> None:
         with engine.begin() as conn:
             me = primary_identity(conn)
             if me is not None:
-                _insert_if_absent(conn, scope, me)
-    with _READY_LOCK:
-        _PREPARED[engine].add(scope)
-
-
-def prepare_under(engine: Engine, scope: str, parent: str) -> None:
-    """:func:`prepare` ``scope`` (a key) under ``parent`` (its table, prepared first).
-
-    When ``parent``'s row shows a fail-over (another primary wrote it, or one was
-    detected on it) and ``scope`` has no row, the row starts as written by the old
-    primary: the key may have been first fetched there within the replication lag, so
-    its first fetch here must detect the change and skip ahead. The cost: one skip for a
-    key first fetched after a fail-over (a key made by ``create`` gets its row then).
-    """
-    prepare(engine, parent)
-    with _READY_LOCK:
-        if scope in _PREPARED.setdefault(engine, set()):
-            return
-    t = primary_marker
-    with engine.begin() as conn:
-        found = conn.execute(select(t.c.writer).where(t.c.scope == scope)).first()
-        me = primary_identity(conn) if found is None else None
-        if me is not None:
-            above = conn.execute(select(t.c.writer, t.c.previous)
-                                 .where(t.c.scope == parent)).first()
-            old = None if above is None else (above[0] if above[0] != me else above[1])
-            _insert_if_absent(conn, scope, old or me)
+                old = None
+                if under is not None:
+                    above = conn.execute(select(t.c.writer, t.c.previous)
+                                         .where(t.c.scope == under)).first()
+                    old = None if above is None else (
+                        above[0] if above[0] != me else above[1])
+                _insert_if_absent(conn, scope, old or me)
     with _READY_LOCK:
         _PREPARED[engine].add(scope)
 

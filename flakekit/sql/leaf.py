@@ -425,7 +425,7 @@ class SqlSegmentStore:
         detect = failover.detection_ready(self.engine)
         if detect:
             try:
-                failover.prepare_under(self.engine, self._scope(key), self._table_scope)
+                failover.prepare(self.engine, self._scope(key), under=self._table_scope)
             except SQLAlchemyError as exc:
                 raise self._translate(f"fetching a segment of key {key!r}", exc) from None
         change: failover.PrimaryChange | None = None
@@ -486,7 +486,7 @@ class SqlSegmentStore:
     @property
     def _table_scope(self) -> str:
         """The table's marker: a key first fetched after a fail-over the table's row
-        shows skips ahead (:func:`flakekit.sql.failover.prepare_under`)."""
+        shows skips ahead (:func:`flakekit.sql.failover.prepare`)."""
         return f"segments:{self.table_name}"[:255]
 
     def _skip_ahead(self, conn: Connection, key: str) -> None:
