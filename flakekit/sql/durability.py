@@ -90,7 +90,8 @@ class Durability:
     def line(self, backend: str, where: str) -> str:
         """One line for ``flakekit db check``."""
         fix = f"; for synchronous commits set {self.fix}" if self.fix else ""
-        return f"backends.{backend} ({where}): {self.verdict}: {self.detail}{fix}"
+        now = f"; now {self.waiting}" if self.waiting else ""
+        return f"backends.{backend} ({where}): {self.verdict}: {self.detail}{fix}{now}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"dialect": self.dialect, "verdict": self.verdict, "detail": self.detail,
