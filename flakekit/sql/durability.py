@@ -293,15 +293,16 @@ class DurabilityWatch:
 
 
 def stall_cause(engine: Engine, wait_s: float = 0.0) -> str | None:
-    """:meth:`DurabilityWatch.stall_cause` of ``engine``'s watch."""
+    """:meth:`DurabilityWatch.stall_cause` of ``engine``'s watch (None at once where
+    no standby can be waited for: SQLite)."""
+    if engine.dialect.name not in ("postgresql", "mysql", "mariadb"):
+        return None
     return watch_for(engine).stall_cause(engine, wait_s)
 
 
 def with_stall_cause(engine: Engine, message: str, wait_s: float = 2.0) -> str:
     """``message`` of a failed fetch or grant, naming the away standby when commits
     wait for one (a lock or reply timeout says nothing of it by itself)."""
-    if engine.dialect.name not in ("postgresql", "mysql", "mariadb"):
-        return message
     cause = stall_cause(engine, wait_s)
     return f"{message}; {cause}" if cause else message
 
