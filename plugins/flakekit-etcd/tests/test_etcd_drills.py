@@ -15,17 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from etcdhelpers import (
-    etcdctl,
-    generator,
-    parse_ids,
-    read_until,
-    spawn,
-    tiny_layout,
-    write_config,
-)
+from etcdhelpers import etcdctl, generator
 
 from flakekit.errors import FlakekitError, LeaseError
+from flakekit.testing.drills import parse_ids, read_until, spawn, tiny_layout, write_config
 
 pytestmark = pytest.mark.slow
 

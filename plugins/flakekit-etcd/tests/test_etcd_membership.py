@@ -15,7 +15,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +34,11 @@ from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import MembershipContract, TcpProxy
 from flakekit.testing.threads import in_threads
+from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member, View
 
 NS = 1_000_000_000
-
-
-def wait_until(test: Callable[[], Any], timeout: float = 10.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = test()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout} s: {test}")
 
 
 def get_json(endpoints: str, key: str) -> dict[str, Any] | None:

@@ -12,18 +12,10 @@ import threading
 import time
 
 import pytest
-from zkhelpers import (
-    ensemble_pid,
-    ensemble_roles,
-    generator,
-    parse_ids,
-    read_until,
-    spawn,
-    tiny_layout,
-    write_config,
-)
+from zkhelpers import ensemble_pid, ensemble_roles, generator
 
 from flakekit.errors import FlakekitError, LeaseLostError
+from flakekit.testing.drills import parse_ids, read_until, spawn, tiny_layout, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from zkhelpers import PYTHON, generator, parse_ids, read_until, spawn, write_config
+from zkhelpers import generator
 
 from flakekit.errors import LeaseLostError
 from flakekit.testing import free_port
+from flakekit.testing.drills import PYTHON, parse_ids, read_until, spawn, write_config
 
 pytestmark = pytest.mark.slow
 

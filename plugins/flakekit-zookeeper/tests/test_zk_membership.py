@@ -11,7 +11,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostErro
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import MembershipContract, TcpProxy
 from flakekit.testing.threads import in_threads
+from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member, View
 
@@ -41,16 +41,6 @@ def expire_session(client: KazooClient, hosts: str) -> None:
     dup.start(timeout=10)
     dup.stop()
     dup.close()
-
-
-def wait_until(test: Callable[[], Any], timeout: float = 10.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = test()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout} s: {test}")
 
 
 @pytest.fixture
