@@ -21,6 +21,8 @@ class TestMemoryMembershipContract(MembershipContract):
     """MemoryClusterStore's membership adapters, one client name per ``make_membership``,
     on a ManualClock (``pass_time`` moves it; ``expire`` lapses the record)."""
 
+    watch_calls_back = True
+
     @pytest.fixture
     def clock(self) -> ManualClock:
         return ManualClock()
