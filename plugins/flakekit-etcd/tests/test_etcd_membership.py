@@ -24,7 +24,7 @@ from etcdhelpers import etcdctl
 from flakekit_etcd import EtcdMembershipSettings
 from flakekit_etcd.membership import EtcdMembership
 
-from conftest import SCRIPT, read_env
+from conftest import SCRIPT
 from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, MemberTarget
@@ -33,6 +33,7 @@ from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostErro
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import MembershipContract, TcpProxy
+from flakekit.testing.services import read_env
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
