@@ -6,6 +6,7 @@ about speed; the measured numbers are printed (pytest -s) for the docs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -16,6 +17,7 @@ from zkhelpers import ensemble_pid, ensemble_roles, generator
 
 from flakekit.errors import FlakekitError, LeaseLostError
 from flakekit.testing.drills import parse_ids, read_until, spawn, tiny_layout, write_config
+from flakekit.testing.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -114,15 +116,19 @@ def test_leader_loss_no_id_without_session(zk_ensemble, ns):
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    time.sleep(1.0)
+    wait_until(lambda: len(issued) > 100, 10, what="IDs before the pause")
     pid = ensemble_pid(svc, leader)
     paused_at = time.monotonic_ns()
     os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(7.0)
+    try:   # paused until the generator has stopped and its lease is over, 7 s at most
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: errors and time.monotonic_ns() > paused_at + lease_ns + 10**9,
+                       7)
     finally:
         os.kill(pid, signal.SIGCONT)
-    time.sleep(3.0)
+    resumed_at = time.monotonic_ns()
+    wait_until(lambda: any(r > resumed_at for r in renewals) and issued[-1][1] > resumed_at,
+               30, what="IDs after the leader came back")
     stop.set()
     thread.join(10)
     gen.close()
