@@ -52,6 +52,8 @@ class MembershipContract:
     watch_calls_back: bool = False
     #: seconds a new watch needs before it sees changes (a watch thread setting up)
     watch_settle_s: float = 0.0
+    #: the address ``make_unreachable`` points at, named by its errors
+    unreachable_where: str = "127.0.0.1:1"
 
     # -- fixtures a binding may override ----------------------------------------------------
     @pytest.fixture
@@ -68,6 +70,12 @@ class MembershipContract:
     def pass_time(self) -> Callable[[float], None]:
         """``pass_time(seconds)``: let time go by on the memberships' clock."""
         return time.sleep
+
+    @pytest.fixture
+    def make_unreachable(self) -> MakeMembership:
+        """``make_unreachable()``: a membership whose store is at an address nothing
+        listens on, ``unreachable_where`` (override to run the one-line error tests)."""
+        pytest.skip("this binding has no unreachable store to point at")
 
     @pytest.fixture
     def expire(self) -> Callable[[str, MemberLease], None]:
@@ -400,6 +408,40 @@ class MembershipContract:
         with pytest.raises(ValueError):
             membership.propose(cluster, -1, [Member("a")])
         assert membership.view(cluster).epoch == 0
+
+    def test_an_unreachable_store_fails_in_one_line(self, make_unreachable: MakeMembership,
+                                                    cluster: str) -> None:
+        """Join, view, members and propose against a store nobody answers at: one
+        BackendError line naming the address; after close, one naming the close."""
+        membership = make_unreachable()
+        try:
+            for call in (lambda: membership.acquire(self.request(cluster)),
+                         lambda: membership.view(cluster),
+                         lambda: membership.members(cluster),
+                         lambda: membership.propose(cluster, 0, [Member("a")])):
+                with pytest.raises(BackendError) as caught:
+                    call()
+                message = str(caught.value)
+                assert self.unreachable_where in message and "\n" not in message, message
+        finally:
+            membership.close()
+        with pytest.raises(BackendError, match="closed"):
+            membership.view(cluster)
+
+    def test_bad_names_are_refused_before_the_store(self, make_unreachable: MakeMembership
+                                                    ) -> None:
+        """A cluster or node name the store cannot hold, or a weight out of range, is a
+        ValueError naming the field, raised before any call (the store is unreachable)."""
+        membership = make_unreachable()
+        try:
+            with pytest.raises(ValueError, match="cluster"):
+                membership.view("a/b")
+            with pytest.raises(ValueError, match="node"):
+                membership.acquire(JoinRequest("c", Member("x/y"), 4.0))
+            with pytest.raises(ValueError, match="weight"):
+                membership.acquire(JoinRequest("c", Member("x", weight=0), 4.0))
+        finally:
+            membership.close()
 
     def test_close_is_idempotent(self, make_membership: MakeMembership, cluster: str) -> None:
         membership = make_membership()

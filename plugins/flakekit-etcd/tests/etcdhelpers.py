@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from flakekit_etcd import EtcdSettings, build_etcd_allocator
@@ -16,6 +17,10 @@ from flakekit.testing.requests import DRILL_HOST, DRILL_PORT
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.events import Events
 from flakekit.values.layout import BitLayout
+
+#: scripts/etcd.sh (here rather than in conftest.py: ``from conftest import`` finds
+#: whichever conftest module pytest imported first, tests/conftest.py in a whole run)
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "etcd.sh"
 
 
 def etcdctl(endpoints: str, *args: str, check: bool = True) -> str:

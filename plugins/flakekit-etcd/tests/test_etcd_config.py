@@ -13,11 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from etcdhelpers import allocator, etcdctl
+from etcdhelpers import SCRIPT, allocator, etcdctl
 from flakekit_etcd import EtcdSettings
 from flakekit_etcd.errors import EtcdAuthError, EtcdVersionError
 
-from conftest import SCRIPT
 from flakekit.errors import BackendError
 from flakekit.leases.lease import LeaseRequest
 from flakekit.plugin import FieldError

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcdhelpers import etcdctl
+from etcdhelpers import SCRIPT, etcdctl
 from flakekit_etcd import EtcdMembershipSettings
 from flakekit_etcd.membership import EtcdMembership
 
-from conftest import SCRIPT
 from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, MemberTarget
@@ -92,6 +91,11 @@ class TestEtcdMembershipContract(MembershipContract):
     watch_settle_s = 0.3   # the watch thread creates its watch
 
     lease_s = 10.0
+
+    @pytest.fixture
+    def make_unreachable(self, closing):
+        return lambda: closing(EtcdMembership(self.unreachable_where, MonotonicClock(),
+                                      connect_timeout_s=0.5))
 
     @pytest.fixture
     def make_membership(self, make):
@@ -385,32 +389,6 @@ def test_leader_change_is_no_false_loss(own_cluster):
 
 
 # -- errors and registration --------------------------------------------------------------------
-def test_unreachable_endpoints_fail_in_one_line():
-    m = EtcdMembership("127.0.0.1:1", MonotonicClock(), connect_timeout_s=0.5)
-    try:
-        for call in (lambda: m.acquire(request("c")), lambda: m.view("c"),
-                     lambda: m.members("c"), lambda: m.propose("c", 0, [Member("a")])):
-            with pytest.raises(BackendError) as caught:
-                call()
-            message = str(caught.value)
-            assert "127.0.0.1:1" in message and "\n" not in message, message
-    finally:
-        m.close()
-    with pytest.raises(BackendError, match="closed"):
-        m.view("c")
-
-
-def test_bad_names_are_refused_before_etcd():
-    m = EtcdMembership("127.0.0.1:1", MonotonicClock(), connect_timeout_s=0.5)
-    with pytest.raises(ValueError, match="cluster"):
-        m.view("a/b")
-    with pytest.raises(ValueError, match="node"):
-        m.acquire(JoinRequest("c", Member("x/y"), 4.0))
-    with pytest.raises(ValueError, match="weight"):
-        m.acquire(JoinRequest("c", Member("x", weight=0), 4.0))
-    m.close()
-
-
 def _config(membership: dict[str, Any], lease: str = "10s"):
     return parse_config({
         "backends": {"default": {"url": "sqlite:///ids.db"}},
