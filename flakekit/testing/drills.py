@@ -16,11 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from flakekit.testing.requests import DRILL_HOST, DRILL_PORT
 from flakekit.values.layout import BitLayout
 
-__all__ = ["PYTHON", "TINY_LAYOUT", "WORKER", "parse_ids", "read_until", "snowflake_over",
-           "spawn", "stop", "tiny_layout", "write_config"]
+__all__ = ["PYTHON", "TINY_LAYOUT", "WORKER", "PausedHolderRun", "parse_ids",
+           "pause_past_the_lease", "read_until", "snowflake_over", "spawn", "stop",
+           "tiny_layout", "write_config"]
 
 #: the drill process, run with ``python -m``
 WORKER = "flakekit.testing.drill_worker"
@@ -114,3 +117,56 @@ def snowflake_over(allocator: Any, name: str, layout: str | BitLayout = "snowfla
     lay = layout if isinstance(layout, BitLayout) else flakekit.layout(layout)
     return SnowflakeGenerator(lay, clock, allocator, name=name, events=events,
                               on_lease_lost=on_lease_lost)
+
+
+@attrs.frozen
+class PausedHolderRun:
+    """What :func:`pause_past_the_lease` saw: both leases' fields (``LEASE`` lines split),
+    both outputs, and the monotonic instants of the pause, the resume and B's claim."""
+
+    a_lease: list[str]
+    b_lease: list[str]
+    a_out: str
+    b_out: str
+    stopped_at: int
+    resumed_at: int
+
+    @property
+    def claimed_at(self) -> int:
+        return int(self.b_lease[3])
+
+
+def pause_past_the_lease(config: Path, name: str) -> PausedHolderRun:
+    """The SIGSTOP drill on worker 1 of the tiny layout (the caller holds worker 0): A
+    takes worker 1 and is paused; B (``--retry-exhausted``) waits until it can claim worker
+    1 and runs 1.5 s; then A is resumed. Checks what every allocator owes: B got worker 1,
+    A refused with ``ERR Lease...`` and issued nothing after its pause, no ID repeats."""
+    import signal
+
+    a = spawn(config, name)
+    a_lease = read_until(a, "LEASE ").split()
+    assert a_lease[1] == "1", a_lease
+    time.sleep(0.3)   # some IDs before the pause
+    stopped_at = time.monotonic_ns()
+    os.kill(a.pid, signal.SIGSTOP)
+    b = spawn(config, name, "--retry-exhausted", "--seconds", "1.5")
+    try:
+        b_lease = read_until(b, "LEASE ", timeout=30).split()
+        b_out = b.communicate(timeout=30)[0]
+    finally:
+        resumed_at = time.monotonic_ns()
+        os.kill(a.pid, signal.SIGCONT)
+    a_out = a.communicate(timeout=30)[0]
+    run = PausedHolderRun(a_lease, b_lease, a_out, b_out, stopped_at, resumed_at)
+    a_ids, b_ids = parse_ids(a_out), parse_ids(b_out)
+    assert b_lease[1] == "1" and a_ids and b_ids, (b_lease, a_out[-500:])
+    assert "ERR Lease" in a_out, a_out[-500:]
+    assert max(t for _, t in a_ids) < stopped_at          # nothing after the resume
+    assert all(t < run.claimed_at for _, t in a_ids)      # nothing once B held the id
+    ids = [i for i, _ in a_ids + b_ids]
+    assert len(ids) == len(set(ids)), "an ID was issued twice"
+    err_at = int(a_out.split("ERR ")[1].split()[1])
+    print(f"\nSIGSTOP drill: B claimed worker 1 {(run.claimed_at - stopped_at) / 1e9:.2f} s "
+          f"after the pause; A refused {(err_at - resumed_at) / 1e6:.1f} ms after SIGCONT; "
+          f"{len(a_ids)} + {len(b_ids)} IDs, no duplicate")
+    return run
