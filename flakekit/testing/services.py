@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["read_env", "script_service"]
+__all__ = ["read_env", "script_service", "shared_or_own"]
 
 
 def read_env(svc: Path) -> dict[str, str]:
@@ -36,3 +36,19 @@ def script_service(script: Path, svc: Path, start: str, stop: str, key: str) -> 
         yield value
     finally:
         subprocess.run(["bash", str(script), stop], check=False, timeout=60, env=env)
+
+
+@contextmanager
+def shared_or_own(var: str, found: str | None, script: Path, svc: Path) -> Iterator[str]:
+    """The running service's address ``found`` (from ``var`` or an env file), else one of
+    this session's own (``script`` start/stop in ``svc``); ``var`` is exported meanwhile."""
+    if found:
+        os.environ[var] = found
+        yield found
+        return
+    with script_service(script, svc, "start", "stop", var) as value:
+        os.environ[var] = value
+        try:
+            yield value
+        finally:
+            os.environ.pop(var, None)

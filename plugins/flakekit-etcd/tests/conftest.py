@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flakekit.testing.services import read_env, script_service
+from flakekit.testing.services import read_env, script_service, shared_or_own
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -29,20 +29,12 @@ def etcd_endpoints(tmp_path_factory: pytest.TempPathFactory):
     """ETCD_ENDPOINTS from the environment (scripts/test.sh exports it) or the env file,
     else a single member of this test session's own (scripts/etcd.sh start/stop)."""
     endpoints = os.environ.get("ETCD_ENDPOINTS") or read_env(SVC).get("ETCD_ENDPOINTS")
-    if endpoints:
-        os.environ["ETCD_ENDPOINTS"] = endpoints
-        yield endpoints
-        return
-    if not _can_install():
+    if not endpoints and not _can_install():
         pytest.skip("etcd is not installed and cannot be (needs root and apt-get): "
                     "run `bash scripts/etcd.sh start`")
-    with script_service(SCRIPT, tmp_path_factory.mktemp("etcd-single"), "start", "stop",
-                        "ETCD_ENDPOINTS") as endpoints:
-        os.environ["ETCD_ENDPOINTS"] = endpoints
-        try:
-            yield endpoints
-        finally:
-            os.environ.pop("ETCD_ENDPOINTS", None)
+    with shared_or_own("ETCD_ENDPOINTS", endpoints, SCRIPT,
+                       tmp_path_factory.mktemp("etcd-single")) as endpoints:
+        yield endpoints
 
 
 @pytest.fixture(scope="session")

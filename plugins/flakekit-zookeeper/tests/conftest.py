@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flakekit.testing.services import script_service
+from flakekit.testing.services import script_service, shared_or_own
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -22,17 +22,9 @@ sys.path.insert(0, str(HERE))
 def zk_hosts(tmp_path_factory: pytest.TempPathFactory):
     """ZK_HOSTS from the environment (scripts/test.sh sets it), else a standalone server
     of this test session's own, started and stopped with scripts/zookeeper.sh."""
-    hosts = os.environ.get("ZK_HOSTS")
-    if hosts:
+    with shared_or_own("ZK_HOSTS", os.environ.get("ZK_HOSTS"), SCRIPT,
+                       tmp_path_factory.mktemp("zk-standalone")) as hosts:
         yield hosts
-        return
-    with script_service(SCRIPT, tmp_path_factory.mktemp("zk-standalone"), "start", "stop",
-                        "ZK_HOSTS") as hosts:
-        os.environ["ZK_HOSTS"] = hosts
-        try:
-            yield hosts
-        finally:
-            os.environ.pop("ZK_HOSTS", None)
 
 
 @pytest.fixture(scope="session")
