@@ -347,6 +347,66 @@ def test_paused_owner_wakes_without_stale_ids(cluster):
           f"{sum(r.status == 503 for r in woken_records)} 503s; no stale ID")
 
 
+# -- 1b. SIGSTOP the owner right after a renewal's COMMIT, SIGCONT once the key moved ----
+def test_owner_paused_right_after_a_renewal_never_serves_after_the_takeover(cluster):
+    """The edge of the crash hand-off's proof (issue 24): the claimer counts from its
+    first read of the owner's renewal counter, and waits only the share of the lease the
+    owner serves after that renewal's send (plus a margin). SIGSTOP the owner as soon as
+    a renewal of it is committed, so its deadline is as late as it can be; SIGCONT the
+    moment another node serves the key: the woken owner's own deadline has passed, so
+    what it answers is a refusal, a forward, or an ID under the new owner's epoch --
+    never one under its old claim."""
+    from sqlalchemy import create_engine, text
+
+    owner = settled(cluster)
+    i = cluster.index(owner)
+    others = cluster.others(owner)
+    before = keep(Recorder(cluster.reachable(), clients=3).run(10))
+    old_epoch = max(r.epoch or 0 for r in before)
+    recorder = Recorder(others, clients=4).start()
+    engine = create_engine(cluster.url)
+    query = text("SELECT renewals FROM flakekit_members WHERE node = :n")
+    try:
+        with engine.connect() as conn:
+            seen = conn.execute(query, {"n": owner.name}).scalar()
+            give_up = time.monotonic() + 3 * LEASE_S
+            while time.monotonic() < give_up:
+                conn.rollback()   # a fresh snapshot each read (MariaDB's REPEATABLE READ)
+                if conn.execute(query, {"n": owner.name}).scalar() != seen:
+                    break
+                time.sleep(0.002)
+            else:
+                raise AssertionError(f"no renewal of {owner.name} in {3 * LEASE_S:g} s")
+            t_pause = time.monotonic_ns()
+            cluster.pause(i)   # right after the COMMIT: its deadline is as late as it gets
+    finally:
+        engine.dispose()
+    woken = Recorder([owner], clients=3).start()   # these wait in the paused node's socket
+    new = cluster.wait_serving(timeout=90, members=2, among=others)
+    t_resume = time.monotonic_ns()
+    cluster.resume(i)   # just after the takeover
+    t_new = first_ok_after(recorder.records, t_pause, old_epoch) or t_resume
+    time.sleep(3.0)
+    woken_records = keep(woken.stop())
+    settled(cluster)
+    time.sleep(0.5)
+    during = keep(recorder.stop())
+    after = keep(Recorder(cluster.reachable(), clients=3).run(10))
+    records = before + during + woken_records + after
+    refusals_ok(records)
+    invariants(records)
+    old = [r for r in woken_records if r.id is not None and (r.epoch or 0) <= old_epoch]
+    assert not old, old[:3]
+    served_before = max(r.id for r in records if r.id is not None and r.end < t_resume)
+    stale = [r for r in woken_records if r.id is not None and r.id <= served_before]
+    assert not stale, stale[:3]
+    print(f"\nDRILL 1b SIGSTOP owner {owner.name} right after a renewal: {new.name} served "
+          f"after {ms(t_new - t_pause)} ms; SIGCONT {ms(t_resume - t_pause)} ms after the "
+          f"pause; the woken node answered {sum(r.id is not None for r in woken_records)} "
+          f"IDs (all epoch > {old_epoch}) and {sum(r.status == 503 for r in woken_records)} "
+          "503s; nothing under its old claim")
+
+
 # -- 7. a deposed owner's exit lowers nothing ------------------------------------------
 def test_deposed_owner_exit_lowers_nothing(cluster):
     """Drill 7 (tidb #46444): pause the owner, let a new owner serve, then SIGTERM the old
