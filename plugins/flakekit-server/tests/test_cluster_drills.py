@@ -340,7 +340,7 @@ def test_paused_owner_wakes_without_stale_ids(cluster):
     assert all((r.epoch or 0) > old_epoch for r in woken_records if r.id is not None)
     assert back is owner      # HRW gives it its key again once it is back in the view
     print(f"\nDRILL 1 SIGSTOP owner {owner.name}: {new.name} served after "
-          f"{ms(t_new - t_pause)} ms (lease {LEASE_S:g} s + debounce + lease + margin); "
+          f"{ms(t_new - t_pause)} ms (0.8 x lease + margin after its last renewal); "
           f"key unavailable {unavailable_ms(during, t_pause)} ms; after SIGCONT the woken "
           f"node answered {sum(r.id is not None for r in woken_records)} IDs (all > "
           f"{served_before}, epoch > {old_epoch}) and "
