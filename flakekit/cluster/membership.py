@@ -163,12 +163,15 @@ class Membership(Protocol):
     *without any wall clock* (ZooKeeper: the leader expires a session on its elapsed-time
     clock only its timeout after the last packet, and the holder stops before that). SQL
     leaves it False: ``last_seen + lease_ms`` is on the database's wall clock, which an
-    NTP step or a VM resume moves by any amount; there a lapse is proven by the claimer
-    seeing the record's ``version`` unchanged for ``lapse_wait_ns`` on its own clock, and
-    a renewal re-reads the view epoch *after* its COMMIT. etcd leaves it False: its leases
-    can vanish early under a stuck leader. Optional attribute ``serve_share`` (default
-    1.0): a holder serves at most that share of its lease after the send of the renewal
-    that wrote its record's current ``version`` (:func:`lapse_wait_ns`; SQL: 0.8).
+    NTP step or a VM resume moves by any amount. etcd leaves it False: its leases can
+    vanish early under a stuck leader. In every store a lapse is also proven by the
+    claimer seeing the record's ``version`` unchanged since its first read of it for
+    ``lapse_wait_ns(lease, serve_share)`` on its own clock, as every renewal writes the
+    record and then reads the view epoch *after* that write. Optional attribute
+    ``serve_share`` (default 1.0): a holder serves at most that share of its lease after
+    the send of the renewal that wrote its record's current ``version`` (SQL, ZooKeeper,
+    etcd: 0.8). Optional attribute ``view_poll_s``: nodes read the view and the members
+    that often, so a renewal is first read soon after its write.
     """
 
     @property

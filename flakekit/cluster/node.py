@@ -13,8 +13,10 @@ What it does, and why in this order:
 * **Strict keys** (:mod:`flakekit.cluster.strict`): the owner in the view claims the key
   in the fence and serves it from a generator of its own; a node that is no longer the
   owner stops, closes that generator (fenced give-back) and releases the claim; the new
-  owner claims once it is released, or, when the old owner is dead or cut off, after
-  waiting ``lease + margin`` on its own clock from when it first saw itself the owner.
+  owner claims once it is released, or, when the old owner is dead or cut off, once it
+  read the old owner's record unchanged since its first read of it for the share of the
+  lease an owner serves after a renewal, plus a margin (issue 24), else after waiting
+  ``lease + margin`` on its own clock from when it first saw itself the owner.
 * **Hot path** (no I/O, no lock): draw from the key's generator, THEN check the member
   deadline and that the claim is good for the view epoch seen; otherwise the value is
   dropped and the request refused (NotOwnerError / KeyMovingError /
