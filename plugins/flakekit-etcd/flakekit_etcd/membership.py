@@ -555,9 +555,13 @@ class EtcdMembership:
             raw = _load(entry)
             left = raw.get("state") == "left"
             incarnation = _int(raw.get("incarnation")) or _int(entry.get("mod_revision"))
+            # version 0: no renewal can follow (its member key is gone, and every renewal
+            # is conditioned on it), and each one wrote that key before it was deleted,
+            # so the holder's deadline is at most serve_share after a first read of this
+            # (a claimer's fallback when etcd deleted the key before its proof completed)
             out.append(MemberInfo(_member_of(node, raw), "left" if left else "lapsed",
                                   str(raw.get("holder", "")), incarnation, 0,
-                                  _int(raw.get("lease_ms"))))
+                                  _int(raw.get("lease_ms")), version=0))
         return out
 
     def _ttl_left(self, lease: int) -> int | None:
