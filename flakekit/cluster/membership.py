@@ -42,10 +42,17 @@ HANDOFF_MARGIN_MIN_S = 0.25
 HANDOFF_MARGIN_SHARE = 0.1
 
 
-def lapse_wait_ns(lease_s: float) -> int:
+def lapse_wait_ns(lease_s: float, share: float = 1.0) -> int:
     """How long (monotonic ns, on the waiter's own clock) a record must stay unchanged,
-    or a new owner wait, before the holder of a ``lease_s`` lease has surely stopped."""
-    return round((lease_s + max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE * lease_s)) * 1e9)
+    or a new owner wait, before the holder of a ``lease_s`` lease has surely stopped.
+
+    ``share``: the holder serves at most ``share * lease_s`` after the send of the
+    renewal that wrote what the waiter first read (SQL: 0.8, its safety window being at
+    least a fifth of the lease). That send came before the write's COMMIT, hence before
+    the waiter's first read of it: the waiter's wait, counted from that read, covers the
+    holder's deadline plus the margin for clock-rate drift between the two nodes."""
+    served = lease_s * share
+    return round((served + max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE * served)) * 1e9)
 
 
 @attrs.frozen
@@ -156,10 +163,15 @@ class Membership(Protocol):
     *without any wall clock* (ZooKeeper: the leader expires a session on its elapsed-time
     clock only its timeout after the last packet, and the holder stops before that). SQL
     leaves it False: ``last_seen + lease_ms`` is on the database's wall clock, which an
-    NTP step or a VM resume moves by any amount; there a lapse is proven by the claimer
-    seeing the record's ``version`` unchanged for ``lapse_wait_ns`` on its own clock, and
-    a renewal re-reads the view epoch *after* its COMMIT. etcd leaves it False: its leases
-    can vanish early under a stuck leader.
+    NTP step or a VM resume moves by any amount. etcd leaves it False: its leases can
+    vanish early under a stuck leader. In every store a lapse is also proven by the
+    claimer seeing the record's ``version`` unchanged since its first read of it for
+    ``lapse_wait_ns(lease, serve_share)`` on its own clock, as every renewal writes the
+    record and then reads the view epoch *after* that write. Optional attribute
+    ``serve_share`` (default 1.0): a holder serves at most that share of its lease after
+    the send of the renewal that wrote its record's current ``version`` (SQL, ZooKeeper,
+    etcd: 0.8). Optional attribute ``view_poll_s``: nodes read the view and the members
+    that often, so a renewal is first read soon after its write.
     """
 
     @property

@@ -20,7 +20,8 @@ import pytest
 from etcdhelpers import etcdctl
 from flakekit_etcd.membership import EtcdMembership
 
-from flakekit.cluster.node import HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE, ClusterNode
+from flakekit.cluster.membership import lapse_wait_ns
+from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
 from flakekit.errors import ClusterUnavailableError, KeyMovingError, NotOwnerError
 from flakekit.sql import schema
@@ -168,8 +169,8 @@ def test_drain_and_a_revoked_cut_off_owner_keep_order(etcd_endpoints, root, ns, 
     """Concurrent draws of key ``hot`` through both nodes while: a planned drain moves it
     to the other node and back; then its owner is cut off from etcd (TcpProxy) and its
     lease revoked behind its back. The cut-off owner serves on until its own deadline,
-    never after; the other node takes the key only after lease + margin from the
-    revoke; no ID repeats and the per-key real-time order holds across every hand-off;
+    never after; the other node takes the key only after 0.8 x lease + margin from
+    the revoke (its first read of the record gone: every renewal wrote the key before); no ID repeats and the per-key real-time order holds across every hand-off;
     once reconnected the old owner learns it lost, rejoins with a new incarnation."""
     owner = owner_of("hot", both()).node
     other = "b" if owner == "a" else "a"
@@ -228,7 +229,9 @@ def test_drain_and_a_revoked_cut_off_owner_keep_order(etcd_endpoints, root, ns, 
         first_new = min(s for s, _, _, via in records if via == other and s > revoked_at)
         old_after = [e for _, e, _, via in records if via == owner and e > revoked_at]
         lease_s = 10.0
-        wait_s = lease_s + max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE * lease_s)
+        # the proof: the record read gone (after the revoke) and unchanged since, for the
+        # share of the lease an owner serves after its last renewal plus a margin
+        wait_s = lapse_wait_ns(lease_s, EtcdMembership.serve_share) / 1e9
         assert moved_s >= wait_s                      # waited out the old owner
         assert all(e < first_new for e in old_after)  # it had stopped by then
         served_on = (max(old_after) - revoked_at) / 1e9 if old_after else 0.0

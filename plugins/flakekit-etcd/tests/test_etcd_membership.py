@@ -471,3 +471,23 @@ def test_watch_threads_end(make, ns):
     m.close()
     wait_until(lambda: not any(t.name == f"flakekit-etcd-view-{ns}" and t.is_alive()
                                for t in threading.enumerate()), 5)
+
+
+def test_a_renewal_moves_the_member_version_and_reads_the_view_in_the_same_write(make, ns):
+    """Every renewal writes the member key back (``MemberInfo.version`` moves: what a
+    claimer times from its first read), keeping a drain mark and its lease; the
+    holder's deadline is at most ``serve_share`` of the TTL after the renewal's send,
+    whatever safety window was configured (issue 24)."""
+    m, other = make(safety_window_ns=1), make()
+    lease = m.acquire(request(ns, lease_s=3.0))
+    first = other.members(ns)[0]
+    renewed = m.renew(lease, 0)   # its send was before now
+    assert renewed.deadline_ns <= m.clock.monotonic_ns() + m.serve_share * lease.ttl * 1e9
+    assert other.members(ns)[0].version == first.version + 1
+    assert other.set_draining(ns, "n1", True)
+    assert other.propose(ns, 0, [Member("x")]) is not None
+    again = m.renew(renewed, 0)
+    after = other.members(ns)[0]
+    assert after.state == "draining" and after.version == first.version + 3
+    assert after.fingerprint[:2] == first.fingerprint[:2]
+    assert again.view_epoch == 1

@@ -490,3 +490,24 @@ def test_a_znode_left_by_a_failed_join_of_ours_is_taken_back(make, root, ns):
     assert m.renew(lease, 0).epoch == lease.epoch
     with pytest.raises(BackendError, match="own session"):
         m.acquire(request(ns))
+
+
+def test_a_renewal_moves_the_member_version_and_reads_the_view_after_it(make, ns):
+    """Every renewal writes the member znode (``MemberInfo.version`` moves: what a
+    claimer times from its first read), even after an operator marked it draining; the
+    holder's deadline is at most ``serve_share`` of the session after the renewal's
+    send, whatever safety window was configured (issue 24)."""
+    m, other = make(safety_window_ns=1), make()
+    lease = m.acquire(request(ns, lease_s=6.0))
+    first = other.members(ns)[0]
+    assert first.version == 0
+    renewed = m.renew(lease, 0)   # its send was before now
+    assert renewed.deadline_ns <= m.clock.monotonic_ns() + m.serve_share * lease.ttl * 1e9
+    assert other.members(ns)[0].version == 1
+    assert other.set_draining(ns, "n1", True)
+    assert other.propose(ns, 0, [Member("x")]) is not None
+    again = m.renew(renewed, 0)
+    after = other.members(ns)[0]
+    assert after.state == "draining" and after.version == 3
+    assert after.fingerprint[:2] == first.fingerprint[:2]
+    assert again.view_epoch == 1
