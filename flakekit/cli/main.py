@@ -136,7 +136,19 @@ DOCS_EPILOG = (
 
 
 class _Cli(click.Group):
-    """The ``flakekit`` group: a command a bundled plugin adds says what to install."""
+    """The ``flakekit`` group: a built-in command runs without the plugins' commands
+    (no plugin CLI module imported), a listing or any other name adds them first; a
+    command a bundled plugin adds says what to install."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and _add_plugin_commands():
+            command = super().get_command(ctx, cmd_name)
+        return command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _add_plugin_commands()
+        return super().list_commands(ctx)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         try:
@@ -160,11 +172,20 @@ def cli() -> None:
 _COMMANDS_ADDED = False
 
 
-def _add_plugin_commands() -> None:
+def _add_plugin_commands() -> bool:
+    """Add the plugins' commands to :data:`cli` once; True when this call added them.
+
+    A built-in command keeps its name: a plugin command that would replace one is put
+    back (the built-ins are resolved without loading the plugins' commands, so a
+    replacement would work for some command lines and not others)."""
     global _COMMANDS_ADDED
-    if not _COMMANDS_ADDED:
-        _COMMANDS_ADDED = True
-        _host().add_commands(cli)
+    if _COMMANDS_ADDED:
+        return False
+    _COMMANDS_ADDED = True
+    builtin = dict(cli.commands)
+    _host().add_commands(cli)
+    cli.commands.update(builtin)
+    return True
 
 
 def run(func: Callable[[], Any]) -> int:
@@ -203,8 +224,7 @@ def _debug() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
-    def invoke() -> None:
-        _add_plugin_commands()
+    def invoke() -> None:  # plugin commands: when asked for (_Cli.get_command)
         cli.main(args=list(argv) if argv is not None else None, prog_name="flakekit",
                  standalone_mode=False)
 
