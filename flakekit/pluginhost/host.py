@@ -27,7 +27,7 @@ import importlib
 import os
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
@@ -36,8 +36,10 @@ from flakekit.errors import PluginLoadError
 from flakekit.pluginhost import hookspecs
 from flakekit.pluginhost.entrypoints import flakekit_entry_points
 from flakekit.pluginhost.registry import Registry
-from flakekit.values.events import Events
 from flakekit.values.layout import BitLayout
+
+if TYPE_CHECKING:
+    from flakekit.values.events import Events
 
 __all__ = [
     "BUILTIN_PLUGINS", "ENTRY_POINT_GROUP", "BrokenPlugin", "PluginHost", "PluginInfo",
@@ -302,6 +304,8 @@ class PluginHost:
         return layout
 
     def events(self) -> Events:
+        from flakekit.values.events import Events  # logging: not for decode
+
         return Events(self.pm.hook)
 
     def add_commands(self, cli: Any) -> None:
