@@ -58,7 +58,7 @@ class _LogRouting:
 
     def __init__(self) -> None:
         self.level = 0
-        self._logging: ModuleType | None = None
+        self._logging: Any = None  # the logging module, once imported
         self._saved: logging.Handler | None = None
         self._saved_level = 0
         self._showwarning = warnings.showwarning
@@ -70,7 +70,7 @@ class _LogRouting:
             sys.meta_path.insert(0, self._hook)
             warnings.showwarning = self._warn
 
-    def _logging_module(self) -> ModuleType:
+    def _logging_module(self) -> Any:
         """:mod:`logging`, imported now if need be, with the routing set up."""
         import logging as module  # the hook, if still there, calls _install
 
@@ -83,7 +83,7 @@ class _LogRouting:
         self._logging_module()
         warnings.showwarning(*args, **kwargs)
 
-    def _install(self, module: ModuleType) -> None:
+    def _install(self, module: Any) -> None:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
