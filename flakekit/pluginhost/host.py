@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -147,10 +147,11 @@ class PluginHost:
         return self._pm
 
     @property
-    def registries(self) -> dict[str, Registry]:
-        """Every registry, kind → :class:`Registry`, every built-in collected."""
-        self._builtins(None)
-        return self._registries
+    def registries(self) -> Mapping[str, Registry]:
+        """Every registry, kind → :class:`Registry`; looking one kind up collects the
+        built-ins of that kind (a build of the embedded default imports no membership
+        or segment store), iterating collects them all."""
+        return _Registries(self)
 
     # -- loading --------------------------------------------------------------------------
     def load(self, *, entrypoints: bool = True, extra: Iterable[Any] = ()) -> PluginHost:
@@ -306,7 +307,9 @@ class PluginHost:
     def events(self) -> Events:
         from flakekit.values.events import Events  # logging: not for decode
 
-        return Events(self.pm.hook)
+        # the built-ins implement no event hook (BUILTIN_HOOKS), and the relay reaches
+        # every plugin registered later too: no need to load them for this
+        return Events(self._pm.hook)
 
     def add_commands(self, cli: Any) -> None:
         self._builtins("flakekit_register_commands")
@@ -350,6 +353,25 @@ class PluginHost:
         out += [PluginInfo(b.name, b.distribution, b.version, False, (), (), broken=b.describe())
                 for b in self.broken]
         return sorted(out, key=lambda p: (p.builtin, p.broken is None, p.name))
+
+
+class _Registries(Mapping[str, Registry]):
+    """:attr:`PluginHost.registries`: the built-ins of a kind loaded on lookup."""
+
+    def __init__(self, host: PluginHost) -> None:
+        self._host = host
+
+    def __getitem__(self, kind: str) -> Registry:
+        if kind not in self._host._registries:
+            raise KeyError(kind)
+        return self._host._registry(kind)
+
+    def __iter__(self) -> Iterator[str]:
+        self._host._builtins(None)
+        return iter(self._host._registries)
+
+    def __len__(self) -> int:
+        return len(self._host._registries)
 
 
 _HOST: PluginHost | None = None
