@@ -53,3 +53,10 @@ def test_plugin_command_is_found_when_asked_for() -> None:
     """``db --help`` (a built-in plugin's command) adds the plugins' commands first."""
     result = _probe("db", "--help")
     assert result["status"] == 0 and "flakekit.builtin.sql" in result["plugin_cli"]
+
+
+def test_plugin_subcommand_of_a_builtin_group_is_found() -> None:
+    """``workers release`` (``flakekit.builtin.sql`` adds it to the built-in ``workers``
+    group) is found though ``workers`` itself resolves without the plugins' commands."""
+    result = _probe("workers", "release", "--help")
+    assert result["status"] == 0 and "flakekit.builtin.sql" in result["plugin_cli"]

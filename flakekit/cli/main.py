@@ -225,10 +225,10 @@ DOCS_EPILOG = (
 )
 
 
-class _Cli(click.Group):
-    """The ``flakekit`` group: a built-in command runs without the plugins' commands
-    (no plugin CLI module imported), a listing or any other name adds them first; a
-    command a bundled plugin adds says what to install."""
+class _PluginAware(click.Group):
+    """A built-in group: its built-in commands run without the plugins' commands (no
+    plugin CLI module imported); a listing, or a name it does not have, adds them first
+    (a plugin may add subcommands to a built-in group: ``workers release``)."""
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
@@ -239,6 +239,13 @@ class _Cli(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         _add_plugin_commands()
         return super().list_commands(ctx)
+
+
+class _Cli(_PluginAware):
+    """The ``flakekit`` group (its groups are :class:`_PluginAware` too); a command a
+    bundled plugin adds says what to install."""
+
+    group_class = _PluginAware
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         try:

@@ -179,7 +179,9 @@ class PluginHost:
                 self._collect(plugin_name, plugin)
         self._pending = list(BUILTIN_PLUGINS)
         self.loaded = True
-        if extra:  # tests and inline plugins: a clash with a built-in fails here
+        if extra or os.environ.get("FLAKEKIT_TRACE_PLUGINS"):
+            # tests and inline plugins: a clash with a built-in fails here; a trace shows
+            # every registration
             self._builtins(None)
         return self
 
