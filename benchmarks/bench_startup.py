@@ -184,48 +184,80 @@ def table(data: dict) -> str:
 
 
 def top_imports(argv: list[str], env: dict[str, str], cwd: str, skip: set[str],
-                count: int) -> list[tuple[int, str]]:
+                count: int) -> tuple[list[tuple[int, str]], str]:
     """The ``count`` largest imports of one run of ``argv`` under ``-X importtime``
     (cumulative microseconds) at the top level or one below it, leaving out the modules
     in ``skip``."""
-    done = subprocess.run([sys.executable, "-X", "importtime", *argv], env=env, cwd=cwd,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          check=True)
-    rows = []
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", _LIST_MODULES, *argv],
+                          env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, check=True)
+    rows, names = [], set()
     for line in done.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line or "cumulative" in line:
             continue
         _, cumulative, name = line.split("|")
         depth = (len(name) - len(name.lstrip()) - 1) // 2  # depth 0: one space
-        if depth <= 1 and name.strip() not in skip:
+        if name.strip() not in skip and depth <= 1:
             rows.append((int(cumulative), name.strip()))
-    return sorted(rows, reverse=True)[:count]
+    for line in done.stderr.splitlines():
+        if line.startswith("MODULES "):
+            names = set(json.loads(line[len("MODULES "):])) - skip
+    return sorted(rows, reverse=True)[:count], summary(names)
+
+
+#: run a script (argv[1]) as ``__main__``, then print ``sys.modules`` on stderr: -X
+#: importtime does not see modules loaded by importlib.import_module (the plugins)
+_LIST_MODULES = """
+import atexit, json, sys
+atexit.register(lambda: print("MODULES " + json.dumps(sorted(sys.modules)), file=sys.stderr))
+script, sys.argv = sys.argv[1], sys.argv[1:]
+with open(script, encoding="utf-8") as fh:
+    code = compile(fh.read(), script, "exec")
+exec(code, {"__name__": "__main__", "__file__": script})
+"""
+
+
+def summary(names: set[str]) -> str:
+    """What was imported, short: flakekit's modules, then other packages, then the
+    standard library's (top-level names)."""
+    ours = sorted(n.removeprefix("flakekit.") for n in names if n.startswith("flakekit."))
+    tops = {n.split(".")[0] for n in names if n != "flakekit" and not n.startswith("flakekit.")}
+    stdlib = sorted(t for t in tops if t in sys.stdlib_module_names and not t.startswith("_"))
+    other = sorted(t for t in tops if t not in sys.stdlib_module_names)
+    return (f"flakekit: {', '.join(ours)}; packages: {', '.join(other) or '-'}; "
+            f"stdlib: {', '.join(stdlib) or '-'}")
 
 
 def imports(count: int) -> str:
     """What each command imports that ``import click`` does not (``--imports N``)."""
     flakekit = flakekit_command()
-    if flakekit[0] == sys.executable:
-        flakekit = flakekit[1:]
-    else:
-        flakekit = [flakekit[0]]  # the console script, run by this interpreter
+    if flakekit[0] == sys.executable:  # no console script: a stand-in that runs the CLI
+        flakekit = [str(Path(tempfile.mkdtemp()) / "flakekit")]
+        Path(flakekit[0]).write_text("from flakekit.cli import main\nmain()\n", encoding="utf-8")
     cache = tempfile.mkdtemp(prefix="flakekit-pycache-")
     out = []
     try:
         with tempfile.TemporaryDirectory(prefix="flakekit-startup-") as cwd:
             env = environment(False, cache, os.path.join(cwd, "state"))
             for argv in [["-c", "import click"]] + [flakekit + a for _, a in COMMANDS]:
-                subprocess.run([sys.executable, *argv], env=env, cwd=cwd, check=True,
+                subprocess.run([sys.executable, *argv],  # works, and warms the bytecode env=env, cwd=cwd, check=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             click_done = subprocess.run([sys.executable, "-X", "importtime", "-c",
                                          "import click"], env=env, cwd=cwd, text=True,
                                         stderr=subprocess.PIPE, check=True)
             skip = {line.split("|")[2].strip() for line in click_done.stderr.splitlines()
                     if line.startswith("import time:") and "cumulative" not in line}
+            click_modules = subprocess.run(
+                [sys.executable, "-c", "import click, json, sys; print(json.dumps(sorted("
+                 "sys.modules)))"], env=env, cwd=cwd, text=True, capture_output=True,
+                check=True)
+            skip |= set(json.loads(click_modules.stdout))
+            skip |= {"atexit", "__main__"}  # the module lister's own
             for label, args in COMMANDS:
-                rows = top_imports(flakekit + args, env, cwd, skip, count)
+                rows, what = top_imports(flakekit + args, env, cwd, skip, count)
                 out.append(f"{label}: " + ", ".join(f"{name} {us / 1000:.1f}"
                                                    for us, name in rows))
+                out.append(f"    {what}")
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     return "\n".join(["Largest imports beyond `import click`'s (top level and one below), "
