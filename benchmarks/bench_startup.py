@@ -13,7 +13,8 @@ median and by CPU time, all three in the same run; ``flakekit next`` on the embe
 default (a SQLite registry in a fresh ``FLAKEKIT_STATE_DIR``, made by the first run)
 within 350 ms. Each command is a fresh process (the installed ``flakekit`` script next to
 this interpreter), timed by hyperfine when it is installed (``-N``: no shell; warm-up runs
-first), else by N ``subprocess.run`` calls. The machine's load (``os.getloadavg``) is
+first), else by N ``subprocess.run`` calls, the commands taking turns (one run of each,
+N times over). The machine's load (``os.getloadavg``) is
 printed before and after: on a shared machine compare ratios from one run.
 
 ``--imports N`` runs each command once under ``python -X importtime`` and prints the N
@@ -101,6 +102,22 @@ def time_subprocess(argv: list[str], runs: int, warmup: int, env: dict[str, str]
     return wall, cpu
 
 
+def time_round_robin(argvs: list[list[str]], runs: int, warmup: int, env: dict[str, str],
+                     cwd: str) -> tuple[list[list[float]], list[list[float]]]:
+    """Wall and CPU seconds of each command, one run of each in turn ``runs`` times: a
+    change of the machine's load falls on every command alike, not on a block of one."""
+    walls: list[list[float]] = [[] for _ in argvs]
+    cpus: list[list[float]] = [[] for _ in argvs]
+    for argv in argvs:
+        time_subprocess(argv, 0, warmup, env, cwd)
+    for _ in range(runs):
+        for i, argv in enumerate(argvs):
+            wall, cpu = time_subprocess(argv, 1, 0, env, cwd)
+            walls[i] += wall
+            cpus[i] += cpu
+    return walls, cpus
+
+
 def time_hyperfine(argvs: list[list[str]], runs: int, warmup: int, env: dict[str, str],
                    cwd: str) -> list[list[float]]:
     """hyperfine's per-run times (seconds) of each command, all in one hyperfine run."""
@@ -131,8 +148,7 @@ def measure(runs: int, warmup: int, cold: bool, use_hyperfine: bool) -> dict:
                 times = time_hyperfine(argvs, runs, warmup, env, cwd)
                 cpus = [time_subprocess(a, max(3, runs // 2), 0, env, cwd)[1] for a in argvs]
             else:
-                measured = [time_subprocess(a, runs, warmup, env, cwd) for a in argvs]
-                times, cpus = [m[0] for m in measured], [m[1] for m in measured]
+                times, cpus = time_round_robin(argvs, runs, warmup, env, cwd)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     labels = [BASELINE] + [label for label, _ in COMMANDS]
@@ -151,7 +167,7 @@ def measure(runs: int, warmup: int, cold: bool, use_hyperfine: bool) -> dict:
                 row["ratio"], row["ratio_median"], row["cpu_ratio"]) <= TARGET
         rows.append(row)
     return {"python": sys.version.split()[0], "timer": "hyperfine" if use_hyperfine else
-            f"{runs} subprocess runs", "runs": runs, "bytecode": "cold" if cold else
+            f"{runs} subprocess runs, round robin", "runs": runs, "bytecode": "cold" if cold else
             "cached", "target": TARGET, "next_target_ms": NEXT_TARGET_MS,
             "plugins": plugins(), "load": [load_before, os.getloadavg()], "results": rows}
 
