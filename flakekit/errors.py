@@ -7,7 +7,6 @@ message names the field (a dotted config path where there is one) and says how t
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 __all__ = [
@@ -54,6 +53,8 @@ __all__ = [
 
 def suggest(name: str, known: Iterable[str]) -> str:
     """Return "; did you mean 'x'?" for the closest known name, or ""."""
+    import difflib  # only for a wrong name: every command imports this module
+
     match = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f"; did you mean {match[0]!r}?" if match else ""
 

@@ -6,6 +6,11 @@ driver, ZooKeeper's or etcd's client, the HTTP server's implementation, the gene
 the config parser or the contracts (each an import chain of tens of milliseconds), nor
 importlib.metadata (the entry points are read by :mod:`flakekit.pluginhost.entrypoints`).
 ``benchmarks/bench_startup.py`` measures what this buys.
+
+Issue 24 narrowed it: no :mod:`difflib`; a built-in command imports no plugin's CLI
+module, and the plugin host imports only the built-ins whose registrations a command asks
+for (``decode`` and ``layout``: the layouts, no allocator, store, strategy or membership
+settings classes, and no :mod:`logging`: the CLI routes it when something imports it).
 """
 
 from __future__ import annotations
@@ -35,6 +40,16 @@ FORBIDDEN = (
     "flakekit.generators.segment_service", "flakekit.leases.keeper", "flakekit.leases.kv",
     "flakekit.pluginhost.contracts", "flakekit.assembly.config", "flakekit.assembly.kit",
     "flakekit.assembly.context", "flakekit.cluster.node", "tomllib", "importlib.metadata",
+    "difflib",
+)
+
+#: not for a built-in command that needs only layouts (decode, layout ...)
+NOT_FOR_LAYOUTS = (
+    "flakekit.builtin.clocks", "flakekit.builtin.static", "flakekit.builtin.sql",
+    "flakekit.builtin.http_lease", "flakekit.builtin.segments", "flakekit.builtin.strategies",
+    "flakekit.builtin.cluster", "flakekit.generators.segment_settings", "flakekit.leases.lease",
+    "flakekit.values.clock", "flakekit.sql.settings", "flakekit_server.cli", "flakekit_redis.cli",
+    "logging",  # --help may import it: the server plugin's command module does
 )
 
 FAST_COMMANDS = [
@@ -73,8 +88,8 @@ def run_child(args: list[str], cwd: Path) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-def _offending(modules: list[str]) -> list[str]:
-    return [m for m in modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN)]
+def _offending(modules: list[str], forbidden: tuple[str, ...] = FORBIDDEN) -> list[str]:
+    return [m for m in modules if any(m == f or m.startswith(f + ".") for f in forbidden)]
 
 
 @pytest.mark.parametrize("args", FAST_COMMANDS, ids=[" ".join(a) for a in FAST_COMMANDS])
@@ -83,6 +98,71 @@ def test_fast_command_imports_no_database_server_or_metadata(args, tmp_path):
     result = run_child(args, tmp_path)
     assert result["code"] == 0, result["stdout"]
     assert _offending(result["modules"]) == []
+
+
+@pytest.mark.parametrize("args", [a for a in FAST_COMMANDS if a[0] != "--help"],
+                         ids=[" ".join(a) for a in FAST_COMMANDS if a[0] != "--help"])
+def test_layout_commands_import_only_the_layouts(args, tmp_path):
+    """``decode`` and ``layout ...`` load the layouts' built-in and no other, and no
+    plugin's commands: no settings class of an allocator, store or strategy is built."""
+    result = run_child(args, tmp_path)
+    assert result["code"] == 0, result["stdout"]
+    assert "flakekit.builtin.layouts" in result["modules"]
+    assert _offending(result["modules"], NOT_FOR_LAYOUTS) == []
+
+
+def test_builtin_hooks_table_matches_the_builtins():
+    """:data:`BUILTIN_HOOKS` (what the host imports a built-in for) names exactly the
+    hooks each built-in implements, and every built-in."""
+    import importlib
+
+    from flakekit.pluginhost.host import BUILTIN_HOOKS, BUILTIN_PLUGINS
+
+    assert sorted(BUILTIN_HOOKS) == sorted(BUILTIN_PLUGINS)
+    for module, hooks in BUILTIN_HOOKS.items():
+        mod = importlib.import_module(module)
+        found = {name for name in dir(mod) if name.startswith("flakekit_")
+                 and hasattr(getattr(mod, name), "flakekit_impl")}
+        assert found == set(hooks), module
+
+
+def test_lazy_builtins_register_the_same_as_eager(tmp_path):
+    """Whatever is asked first, the full host has every built-in's registrations."""
+    from flakekit.pluginhost.host import PluginHost
+
+    lazy = PluginHost().load(entrypoints=False)
+    assert "snowflake" in lazy.layouts and "static" not in lazy._registries["allocator"]
+    eager = PluginHost().load(entrypoints=False)
+    eager.pm  # noqa: B018  (every built-in)
+    for kind, registry in eager._registries.items():
+        assert registry.names() == lazy.registries[kind].names(), kind
+
+
+LOG_CHILD = textwrap.dedent("""
+    import sys, warnings
+    from flakekit.cli.main import _LogRouting
+    assert "logging" not in sys.modules
+    routing = _LogRouting()
+    warnings.warn("hidden warning before logging")  # imports logging, routed
+    import logging
+    logging.getLogger("flakekit.x").warning("hidden record")
+    routing.restore()
+    logging.getLogger("flakekit.x").warning("shown record")
+    routing = _LogRouting()
+    routing.verbose(1)
+    logging.getLogger("flakekit.x").info("shown with -v")
+    routing.restore()
+""")
+
+
+def test_log_routing_set_up_when_logging_is_imported_late():
+    """The CLI does not import logging, yet a record or a warning during a command stays
+    off stderr (routed as soon as something imports logging), and -v still shows them."""
+    proc = subprocess.run([sys.executable, "-c", LOG_CHILD], capture_output=True, text=True,
+                          timeout=60, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    assert "hidden" not in proc.stderr
+    assert "shown record" in proc.stderr and "shown with -v" in proc.stderr
 
 
 def test_help_still_lists_plugin_and_builtin_commands(tmp_path):

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
 from flakekit.errors import ConfigError
+
+if TYPE_CHECKING:  # pathlib when a state directory is asked for: not for decode
+    from pathlib import Path
 
 __all__ = ["CONFIG_ENV", "LOCAL_CONFIG", "REGISTRY_FILE", "STATE_DIR_ENV", "ConfigChoice",
            "find_config", "state_dir"]
@@ -30,6 +33,8 @@ REGISTRY_FILE = "flakekit.db"
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
     """The per-user directory of the embedded registry: the same for every process of
     the user on this host, whatever its working directory."""
+    from pathlib import Path
+
     env = os.environ if env is None else env
     raw = env.get(STATE_DIR_ENV)
     if raw:
@@ -67,6 +72,6 @@ def find_config(
     env = os.environ if env is None else env
     if env.get(CONFIG_ENV):
         return ConfigChoice(env[CONFIG_ENV], f"${CONFIG_ENV}")
-    if Path(LOCAL_CONFIG).is_file():
+    if os.path.isfile(LOCAL_CONFIG):
         return ConfigChoice(LOCAL_CONFIG, "found in the working directory")
     return ConfigChoice(None, f"no --config, ${CONFIG_ENV} or ./{LOCAL_CONFIG}")

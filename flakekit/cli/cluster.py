@@ -11,7 +11,6 @@ node releases or claims its keys as it sees the new epoch.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     from flakekit.values.cluster import Member, MemberInfo, View
 
 __all__ = ["cluster_group", "drain_node", "status_report"]
-
-log = logging.getLogger("flakekit.cli")
 
 #: how often ``drain`` re-reads the view when another proposer moved it first
 PROPOSE_ATTEMPTS = 5
@@ -208,8 +205,11 @@ def drain_node(kit: Kit, node: str, undo: bool = False) -> dict[str, Any]:
             try:
                 membership.set_draining(spec.name, node, was_draining)
             except FlakekitError as exc:
-                log.warning("cluster %s: could not put %s's draining mark back: %s",
-                            spec.name, node, exc)
+                import logging  # only here: the cluster commands start without it
+
+                logging.getLogger("flakekit.cli").warning(
+                    "cluster %s: could not put %s's draining mark back: %s", spec.name, node,
+                    exc)
         raise
 
 

@@ -8,10 +8,10 @@ lines or alerts on stderr unless ``-v`` asks for them.
 
 from __future__ import annotations
 
-import logging
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,6 +33,11 @@ __all__ = [
 #: errors that mean "the input was wrong" (exit 2) rather than "it failed" (exit 1)
 USAGE_ERRORS = (ConfigError, LayoutError, InvalidIdError, UnknownNameError, UnknownKeyError)
 
+if TYPE_CHECKING:
+    import importlib.machinery
+    import logging
+    from types import ModuleType
+
 _ROUTING = "flakekit.log_routing"
 _CONFIG = "flakekit.assembly.config"
 
@@ -44,30 +49,113 @@ class _LogRouting:
     Records no handler takes go to :data:`logging.lastResort` (stderr, WARNING and up):
     the CLI points it at nothing, or with ``-v`` at stderr from INFO (``-vv``: DEBUG).
     Handlers a command sets up itself (``flakekit serve`` configures logging) keep working.
+
+    ``decode``, ``layout`` and ``--help`` never import :mod:`logging` (its import chain
+    costs a tenth of ``import click``): until something imports it, nothing can log, a
+    Python warning imports it first (and is routed), and :class:`_AfterImport` sets the
+    routing up the moment a command imports it.
     """
 
     def __init__(self) -> None:
-        self._saved = logging.lastResort
-        self._logger = logging.getLogger("flakekit")
-        self._saved_level = self._logger.level
         self.level = 0
-        logging.lastResort = logging.NullHandler()
-        logging.captureWarnings(True)
+        self._logging: Any = None  # the logging module, once imported
+        self._saved: logging.Handler | None = None
+        self._saved_level = 0
+        self._showwarning = warnings.showwarning
+        self._hook: _AfterImport | None = None
+        if "logging" in sys.modules:
+            self._install(sys.modules["logging"])
+        else:
+            self._hook = _AfterImport("logging", self._install)
+            sys.meta_path.insert(0, self._hook)
+            warnings.showwarning = self._warn
+
+    def _logging_module(self) -> Any:
+        """:mod:`logging`, imported now if need be, with the routing set up."""
+        import logging as module  # the hook, if still there, calls _install
+
+        if self._logging is None:
+            self._install(module)
+        return module
+
+    def _warn(self, *args: Any, **kwargs: Any) -> None:
+        """A Python warning before anything imported logging: route it as logging would."""
+        self._logging_module()
+        warnings.showwarning(*args, **kwargs)
+
+    def _install(self, module: Any) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if warnings.showwarning == self._warn:
+            warnings.showwarning = self._showwarning
+        self._logging = module
+        self._saved = module.lastResort
+        self._saved_level = module.getLogger("flakekit").level
+        module.lastResort = module.NullHandler()
+        module.captureWarnings(True)
+        level, self.level = self.level, 0
+        self.verbose(level)
 
     def verbose(self, level: int) -> None:
         if level <= self.level:
             return
         self.level = level
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setLevel(logging.DEBUG if level > 1 else logging.INFO)
-        handler.setFormatter(logging.Formatter("flakekit: %(levelname)s %(name)s: %(message)s"))
-        logging.lastResort = handler
-        self._logger.setLevel(handler.level)
+        lg = self._logging_module()
+        handler = lg.StreamHandler(sys.stderr)
+        handler.setLevel(lg.DEBUG if level > 1 else lg.INFO)
+        handler.setFormatter(lg.Formatter("flakekit: %(levelname)s %(name)s: %(message)s"))
+        lg.lastResort = handler
+        lg.getLogger("flakekit").setLevel(handler.level)
 
     def restore(self) -> None:
-        logging.captureWarnings(False)
-        logging.lastResort = self._saved
-        self._logger.setLevel(self._saved_level)
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if warnings.showwarning == self._warn:
+            warnings.showwarning = self._showwarning
+        lg = self._logging
+        if lg is None:
+            return
+        lg.captureWarnings(False)
+        lg.lastResort = self._saved
+        lg.getLogger("flakekit").setLevel(self._saved_level)
+
+
+class _AfterImport:
+    """A :data:`sys.meta_path` finder that calls ``then(module)`` right after module
+    ``name`` is first imported (once; it takes itself off the path when it fires)."""
+
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self.name, self.then = name, then
+
+    def remove(self) -> None:
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+
+    def find_spec(self, fullname: str, path: Any = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        self.remove()
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader, then = spec.loader, self.then
+        if loader is None or isinstance(loader, type) or not hasattr(loader, "exec_module"):
+            return spec  # not a loader instance of its own: the routing waits for -v
+        run = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run(module)
+            then(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def _verbosity(ctx: click.Context, _param: click.Parameter, value: int) -> int:
@@ -94,9 +182,11 @@ def _config_choice(ctx: click.Context, _param: click.Parameter, value: str | Non
     choice = ctx.meta.get(_CONFIG) if value is None else None
     if choice is None:
         choice = find_config(value)
-        log = logging.getLogger("flakekit.cli")
-        if ctx.meta.get(_CONFIG) != choice and log.isEnabledFor(logging.INFO):
-            log.info("config: %s", choice.describe())
+        routing = ctx.find_root().meta.get(_ROUTING)
+        if ctx.meta.get(_CONFIG) != choice and routing is not None and routing.level:
+            import logging
+
+            logging.getLogger("flakekit.cli").info("config: %s", choice.describe())
         ctx.meta[_CONFIG] = choice
     return choice.path
 
@@ -135,8 +225,27 @@ DOCS_EPILOG = (
 )
 
 
-class _Cli(click.Group):
-    """The ``flakekit`` group: a command a bundled plugin adds says what to install."""
+class _PluginAware(click.Group):
+    """A built-in group: its built-in commands run without the plugins' commands (no
+    plugin CLI module imported); a listing, or a name it does not have, adds them first
+    (a plugin may add subcommands to a built-in group: ``workers release``)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and _add_plugin_commands():
+            command = super().get_command(ctx, cmd_name)
+        return command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        _add_plugin_commands()
+        return super().list_commands(ctx)
+
+
+class _Cli(_PluginAware):
+    """The ``flakekit`` group (its groups are :class:`_PluginAware` too); a command a
+    bundled plugin adds says what to install."""
+
+    group_class = _PluginAware
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         try:
@@ -160,11 +269,20 @@ def cli() -> None:
 _COMMANDS_ADDED = False
 
 
-def _add_plugin_commands() -> None:
+def _add_plugin_commands() -> bool:
+    """Add the plugins' commands to :data:`cli` once; True when this call added them.
+
+    A built-in command keeps its name: a plugin command that would replace one is put
+    back (the built-ins are resolved without loading the plugins' commands, so a
+    replacement would work for some command lines and not others)."""
     global _COMMANDS_ADDED
-    if not _COMMANDS_ADDED:
-        _COMMANDS_ADDED = True
-        _host().add_commands(cli)
+    if _COMMANDS_ADDED:
+        return False
+    _COMMANDS_ADDED = True
+    builtin = dict(cli.commands)
+    _host().add_commands(cli)
+    cli.commands.update(builtin)
+    return True
 
 
 def run(func: Callable[[], Any]) -> int:
@@ -203,8 +321,7 @@ def _debug() -> bool:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
-    def invoke() -> None:
-        _add_plugin_commands()
+    def invoke() -> None:  # plugin commands: when asked for (_Cli.get_command)
         cli.main(args=list(argv) if argv is not None else None, prog_name="flakekit",
                  standalone_mode=False)
 

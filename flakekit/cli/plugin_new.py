@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import string
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from flakekit.__about__ import __version__
 from flakekit.cli.main import cli
 from flakekit.errors import ConfigError
+
+if TYPE_CHECKING:  # pathlib and string when a skeleton is written: --help needs neither
+    from pathlib import Path
 
 __all__ = ["core_range", "write_skeleton"]
 
@@ -52,6 +54,7 @@ def write_skeleton(name: str, parent: Path) -> Path:
     core_min, core_max = core_range()
     values = {"name": name, "dist": f"flakekit-{name}", "module": f"flakekit_{ident}",
               "core_min": core_min, "core_max": core_max, "year": str(dt.date.today().year)}
+    import string
     from importlib import resources  # not at import: `flakekit --help` needs no templates
 
     templates = resources.files("flakekit.cli") / "templates"
@@ -70,13 +73,15 @@ def plugin_group() -> None:
 
 @plugin_group.command("new")
 @click.argument("name")
-@click.option("--dir", "parent", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("."), show_default=True, help="Where to create flakekit-NAME/.")
-def plugin_new(name: str, parent: Path) -> None:
+@click.option("--dir", "parent", type=click.Path(file_okay=False), default=".",
+              show_default=True, help="Where to create flakekit-NAME/.")
+def plugin_new(name: str, parent: str) -> None:
     """Write flakekit-NAME/: a plugin registering a NAME layout and a NAME clock, with its
     pyproject.toml (entry point, core range), README, MIT LICENSE and tests that use
     flakekit.testing."""
-    target = write_skeleton(name, parent)
+    from pathlib import Path
+
+    target = write_skeleton(name, Path(parent))
     shown = str(target) if target.is_absolute() else f"./{target}"  # pip: a path, not a name
     click.echo(f"wrote {shown}/ -- next: pip install -e '{shown}[test]' && "
                f"flakekit plugins && pytest {shown}")

@@ -7,10 +7,11 @@ from typing import Any
 import click
 
 from flakekit.cli.main import cli, config_option, echo_json, json_option
-from flakekit.values.timeunits import iso_utc
 
 
 def _row(generator: str, allocator: str, rec: Any) -> dict[str, Any]:
+    from flakekit.values.timeunits import iso_utc  # attrs: not for --help
+
     return {
         "generator": generator, "allocator": allocator,
         "worker_id": rec.worker_id, "epoch": rec.epoch, "state": rec.state,

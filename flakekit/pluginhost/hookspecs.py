@@ -100,8 +100,10 @@ def flakekit_register_memberships(register: Register) -> None:
 def flakekit_register_commands(cli: click.Group) -> None:
     """Add commands to the ``flakekit`` command line.
 
-    Called once when the CLI starts. Add commands with ``cli.add_command(...)`` or the
-    ``@cli.command()`` decorator.
+    Called once, when the CLI first needs a command that is not built in or the list of
+    commands (``--help``): built-in commands start without it. Add commands with
+    ``cli.add_command(...)`` or the ``@cli.command()`` decorator; a name a built-in
+    command has is not replaced.
 
     :param cli: the top-level click group.
     """

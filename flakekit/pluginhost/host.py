@@ -5,6 +5,14 @@ entry points of group ``flakekit`` (optionally only those in ``FLAKEKIT_LOAD_PLU
 then the built-ins in :mod:`flakekit.builtin`, then ``check_pending()`` so a misspelt hook
 name fails loudly. ``FLAKEKIT_TRACE_PLUGINS=1`` prints every hook call to stderr.
 
+The built-ins are imported when what they register is first asked for
+(:data:`BUILTIN_HOOKS` says which hooks each implements): ``flakekit decode`` needs the
+layouts, not the allocators' settings classes, and builds none of them (issue 24).
+Entry-point plugins are always imported at :meth:`PluginHost.load` (what they register
+is only known by importing them). ``pm``, ``registries``, ``plugins()`` and
+``events()`` load every built-in first, so code that reaches past the lookups sees the
+full set.
+
 An entry-point plugin that fails to import or to register does not take the host down:
 it is recorded as :class:`BrokenPlugin` (entry point, distribution, the error and the
 ``FLAKEKIT_DISABLE_PLUGINS=...`` line that skips it), ``flakekit --help`` and
@@ -18,8 +26,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
@@ -28,8 +36,10 @@ from flakekit.errors import PluginLoadError
 from flakekit.pluginhost import hookspecs
 from flakekit.pluginhost.entrypoints import flakekit_entry_points
 from flakekit.pluginhost.registry import Registry
-from flakekit.values.events import Events
 from flakekit.values.layout import BitLayout
+
+if TYPE_CHECKING:
+    from flakekit.values.events import Events
 
 __all__ = [
     "BUILTIN_PLUGINS", "ENTRY_POINT_GROUP", "BrokenPlugin", "PluginHost", "PluginInfo",
@@ -47,6 +57,19 @@ BUILTIN_PLUGINS = (
     "flakekit.builtin.strategies",
     "flakekit.builtin.cluster",
 )
+#: the hooks each built-in implements: a lookup imports only the built-ins it needs
+#: (tests/test_startup_imports.py checks this table against the modules)
+BUILTIN_HOOKS: dict[str, tuple[str, ...]] = {
+    "flakekit.builtin.layouts": ("flakekit_register_layouts",),
+    "flakekit.builtin.clocks": ("flakekit_register_clocks",),
+    "flakekit.builtin.static": ("flakekit_register_allocators",),
+    "flakekit.builtin.sql": ("flakekit_register_allocators", "flakekit_register_commands"),
+    "flakekit.builtin.http_lease": ("flakekit_register_allocators",),
+    "flakekit.builtin.segments": ("flakekit_register_segment_stores",
+                                  "flakekit_register_commands"),
+    "flakekit.builtin.strategies": ("flakekit_register_strategies",),
+    "flakekit.builtin.cluster": ("flakekit_register_memberships",),
+}
 #: registration hook → registry kind
 KINDS = {
     "flakekit_register_layouts": "layout",
@@ -56,6 +79,7 @@ KINDS = {
     "flakekit_register_strategies": "strategy",
     "flakekit_register_memberships": "membership",
 }
+_HOOKS = {kind: hook for hook, kind in KINDS.items()}
 
 
 @attrs.frozen
@@ -103,35 +127,49 @@ def _env_list(name: str) -> list[str] | None:
 class PluginHost:
     """Wraps a pluggy ``PluginManager`` with flakekit's registries."""
 
-    pm: pluggy.PluginManager = attrs.Factory(lambda: pluggy.PluginManager("flakekit"))
-    registries: dict[str, Registry] = attrs.Factory(
+    _pm: pluggy.PluginManager = attrs.Factory(lambda: pluggy.PluginManager("flakekit"))
+    _registries: dict[str, Registry] = attrs.Factory(
         lambda: {kind: Registry(kind) for kind in KINDS.values()}
     )
     loaded: bool = False
     broken: list[BrokenPlugin] = attrs.Factory(list)
     _origins: dict[str, tuple[str | None, str | None, str]] = attrs.Factory(dict)
+    #: built-ins not imported yet (:meth:`_builtins`)
+    _pending: list[str] = attrs.Factory(list)
 
     def __attrs_post_init__(self) -> None:
-        self.pm.add_hookspecs(hookspecs)
+        self._pm.add_hookspecs(hookspecs)
+
+    @property
+    def pm(self) -> pluggy.PluginManager:
+        """The pluggy manager, every built-in registered."""
+        self._builtins(None)
+        return self._pm
+
+    @property
+    def registries(self) -> Mapping[str, Registry]:
+        """Every registry, kind → :class:`Registry`; looking one kind up collects the
+        built-ins of that kind (a build of the embedded default imports no membership
+        or segment store), iterating collects them all."""
+        return _Registries(self)
 
     # -- loading --------------------------------------------------------------------------
     def load(self, *, entrypoints: bool = True, extra: Iterable[Any] = ()) -> PluginHost:
         """Load plugins once: entry points, ``extra`` objects (tests), then built-ins."""
         if self.loaded:
             return self
+        pm = self._pm
         for name in _env_list("FLAKEKIT_DISABLE_PLUGINS") or []:
-            self.pm.set_blocked(name)
+            pm.set_blocked(name)
         loaded = self._load_entrypoints(_env_list("FLAKEKIT_LOAD_PLUGINS")) if entrypoints else []
+        extra = list(extra)
         for plugin in extra:
-            self.pm.register(plugin)
-        for module in BUILTIN_PLUGINS:
-            if not self.pm.is_blocked(module) and self.pm.get_plugin(module) is None:
-                self.pm.register(importlib.import_module(module), name=module)
-        self.pm.check_pending()
+            pm.register(plugin)
+        pm.check_pending()
         if os.environ.get("FLAKEKIT_TRACE_PLUGINS"):
-            self.pm.trace.root.setwriter(sys.stderr.write)
-            self.pm.enable_tracing()
-        for plugin_name, plugin in self.pm.list_name_plugin():
+            pm.trace.root.setwriter(sys.stderr.write)
+            pm.enable_tracing()
+        for plugin_name, plugin in pm.list_name_plugin():
             if plugin_name in loaded:  # a third party's failure is its own, not the host's
                 try:
                     self._collect(plugin_name, plugin)
@@ -139,8 +177,27 @@ class PluginHost:
                     self._mark_broken(plugin_name, f"registering failed: {_one_line(exc)}")
             else:
                 self._collect(plugin_name, plugin)
+        self._pending = list(BUILTIN_PLUGINS)
         self.loaded = True
+        if extra or os.environ.get("FLAKEKIT_TRACE_PLUGINS"):
+            # tests and inline plugins: a clash with a built-in fails here; a trace shows
+            # every registration
+            self._builtins(None)
         return self
+
+    def _builtins(self, hook: str | None) -> None:
+        """Import, register and collect the built-ins not loaded yet that implement
+        ``hook`` (None: all), in :data:`BUILTIN_PLUGINS` order."""
+        if not self._pending:
+            return
+        for module in [m for m in self._pending if hook is None or hook in BUILTIN_HOOKS[m]]:
+            self._pending.remove(module)
+            if self._pm.is_blocked(module) or self._pm.get_plugin(module) is not None:
+                continue
+            plugin = importlib.import_module(module)
+            self._pm.register(plugin, name=module)
+            self._pm.check_pending()
+            self._collect(module, plugin)
 
     def _load_entrypoints(self, allow: list[str] | None) -> list[str]:
         """Import and register the ``flakekit`` entry points (pluggy's loader, but one
@@ -149,7 +206,7 @@ class PluginHost:
         seen: set[str] = set()
         for ep in flakekit_entry_points(ENTRY_POINT_GROUP):
             if (ep.name in seen or (allow is not None and ep.name not in allow)
-                    or self.pm.is_blocked(ep.name) or self.pm.has_plugin(ep.name)):
+                    or self._pm.is_blocked(ep.name) or self._pm.has_plugin(ep.name)):
                 continue
             seen.add(ep.name)
             self._origins[ep.name] = (ep.dist, ep.version, ep.value)
@@ -159,11 +216,11 @@ class PluginHost:
                 self._mark_broken(ep.name, f"import failed: {_one_line(exc)}")
                 continue
             try:
-                self.pm.register(plugin, name=ep.name)
-                self.pm.check_pending()
+                self._pm.register(plugin, name=ep.name)
+                self._pm.check_pending()
             except Exception as exc:  # noqa: BLE001 - e.g. a misspelt hook name
-                if self.pm.has_plugin(ep.name):
-                    self.pm.unregister(name=ep.name)
+                if self._pm.has_plugin(ep.name):
+                    self._pm.unregister(name=ep.name)
                 self._mark_broken(ep.name, f"registering failed: {_one_line(exc)}")
                 continue
             names.append(ep.name)
@@ -171,7 +228,7 @@ class PluginHost:
 
     def _mark_broken(self, name: str, error: str) -> None:
         dist, version, _ = self._origins.get(name, (None, None, ""))
-        if self.pm.has_plugin(name):
+        if self._pm.has_plugin(name):
             self.unregister(name)
         self.broken.append(BrokenPlugin(name, dist, version, error))
 
@@ -186,56 +243,61 @@ class PluginHost:
         if name in self._origins:
             dist, version, module = self._origins[name]
             return f"plugin {name!r} (distribution {dist} {version}, module {module})"
-        plugin = self.pm.get_plugin(name)
+        plugin = self._pm.get_plugin(name)
         module = getattr(plugin, "__name__", None) or type(plugin).__module__
         return f"plugin {name!r} (module {module})"
 
     def register(self, plugin: Any, name: str | None = None) -> str:
-        """Register one more plugin after loading (tests, inline plugins)."""
+        """Register one more plugin after loading (tests, inline plugins); the built-ins
+        are loaded first, so a clash with one fails here."""
         name = self.pm.register(plugin, name=name)
         assert name is not None
-        self.pm.check_pending()
+        self._pm.check_pending()
         self._collect(name, plugin)
         return name
 
     def unregister(self, name: str) -> None:
-        self.pm.unregister(name=name)
-        for registry in self.registries.values():
+        self._pm.unregister(name=name)
+        for registry in self._registries.values():
             registry.remove_plugin(name)
 
     def _collect(self, plugin_name: str, plugin: Any) -> None:
         """Call each registration hook of one plugin with a ``register`` bound to it."""
-        others = [p for p in self.pm.get_plugins() if p is not plugin]
+        others = [p for p in self._pm.get_plugins() if p is not plugin]
         for hook_name, kind in KINDS.items():
-            caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
+            caller = self._pm.subset_hook_caller(hook_name, remove_plugins=others)
             if caller.get_hookimpls():
-                caller(register=self.registries[kind].binder(plugin_name,
+                caller(register=self._registries[kind].binder(plugin_name,
                                                              self.origin(plugin_name)))
 
     # -- lookups --------------------------------------------------------------------------
+    def _registry(self, kind: str) -> Registry:
+        self._builtins(_HOOKS[kind])
+        return self._registries[kind]
+
     @property
     def layouts(self) -> Registry:
-        return self.registries["layout"]
+        return self._registry("layout")
 
     @property
     def clocks(self) -> Registry:
-        return self.registries["clock"]
+        return self._registry("clock")
 
     @property
     def allocators(self) -> Registry:
-        return self.registries["allocator"]
+        return self._registry("allocator")
 
     @property
     def segment_stores(self) -> Registry:
-        return self.registries["segment store"]
+        return self._registry("segment store")
 
     @property
     def strategies(self) -> Registry:
-        return self.registries["strategy"]
+        return self._registry("strategy")
 
     @property
     def memberships(self) -> Registry:
-        return self.registries["membership"]
+        return self._registry("membership")
 
     def layout(self, name: str, path: str = "layout") -> BitLayout:
         """Build the registered layout ``name``."""
@@ -245,10 +307,15 @@ class PluginHost:
         return layout
 
     def events(self) -> Events:
-        return Events(self.pm.hook)
+        from flakekit.values.events import Events  # logging: not for decode
+
+        # the built-ins implement no event hook (BUILTIN_HOOKS), and the relay reaches
+        # every plugin registered later too: no need to load them for this
+        return Events(self._pm.hook)
 
     def add_commands(self, cli: Any) -> None:
-        self.pm.hook.flakekit_register_commands(cli=cli)
+        self._builtins("flakekit_register_commands")
+        self._pm.hook.flakekit_register_commands(cli=cli)
 
     def commands_by_plugin(self) -> dict[str, tuple[str, ...]]:
         """The CLI commands each plugin's ``flakekit_register_commands`` adds, found by
@@ -288,6 +355,25 @@ class PluginHost:
         out += [PluginInfo(b.name, b.distribution, b.version, False, (), (), broken=b.describe())
                 for b in self.broken]
         return sorted(out, key=lambda p: (p.builtin, p.broken is None, p.name))
+
+
+class _Registries(Mapping[str, Registry]):
+    """:attr:`PluginHost.registries`: the built-ins of a kind loaded on lookup."""
+
+    def __init__(self, host: PluginHost) -> None:
+        self._host = host
+
+    def __getitem__(self, kind: str) -> Registry:
+        if kind not in self._host._registries:
+            raise KeyError(kind)
+        return self._host._registry(kind)
+
+    def __iter__(self) -> Iterator[str]:
+        self._host._builtins(None)
+        return iter(self._host._registries)
+
+    def __len__(self) -> int:
+        return len(self._host._registries)
 
 
 _HOST: PluginHost | None = None

@@ -67,6 +67,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    TypeDecorator,
     UniqueConstraint,
     func,
     inspect,
@@ -74,7 +75,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.engine.reflection import Inspector
 from sqlalchemy.exc import DBAPIError
@@ -119,15 +119,48 @@ schema_table = Table(
     Column("version", Integer, nullable=False),
 )
 
+class _TimestampType(TypeDecorator[Any]):
+    """``DateTime(timezone=True)``; on MariaDB/MySQL ``DATETIME(6)`` (its DATETIME
+    defaults to whole seconds). A decorator, not ``with_variant``: the MySQL dialect's
+    type is imported when a MySQL connection needs it, not with this module (importing
+    ``sqlalchemy.dialects.mysql`` and ``.postgresql`` is a third of SQLAlchemy's import
+    time, and ``flakekit next`` on SQLite needs neither)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        if dialect.name in ("mysql", "mariadb"):
+            from sqlalchemy.dialects.mysql import DATETIME
+
+            return dialect.type_descriptor(DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+
+class _HostType(TypeDecorator[Any]):
+    """``String(45)``; on PostgreSQL ``INET`` (imported when a PostgreSQL connection
+    needs it, as :class:`_TimestampType`)."""
+
+    impl = String(45)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import INET
+
+            return dialect.type_descriptor(INET())
+        return dialect.type_descriptor(String(45))
+
+
 #: timestamps with sub-second precision everywhere (MariaDB's DATETIME defaults to seconds)
-_Timestamp = DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+_Timestamp = _TimestampType()
 
 system_nodes = Table(
     "system_nodes",
     metadata,
     Column("service", String(64), nullable=False),
     Column("machine_id", Integer, nullable=False),
-    Column("host", String(45).with_variant(postgresql.INET(), "postgresql"), nullable=False),
+    Column("host", _HostType(), nullable=False),
     Column("port", Integer, nullable=False),
     Column("slot", Integer, nullable=False, server_default="0"),
     Column("version", Integer, nullable=False),

@@ -20,9 +20,7 @@ See ``docs/choosing-allocators.md`` and this plugin's README.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -38,6 +36,8 @@ from flakekit.plugin import (
 )
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
+    from pathlib import Path
+
     from flakekit.plugin import BuildContext
     from flakekit_zookeeper.membership import ZkMembership
 
@@ -127,6 +127,8 @@ class ZooKeeperSettings:
         if self.name is not None and ("/" in self.name or not self.name):
             raise FieldError("name", f"'name' must be a non-empty name without '/', got {self.name!r}")
         if self.ip is not None:
+            import ipaddress  # when checked: the host imports this module for --help
+
             try:
                 ipaddress.ip_address(self.ip)
             except ValueError:
@@ -136,6 +138,7 @@ class ZooKeeperSettings:
 def resolve_ip(host: str) -> str:
     """Leaf's identity ip: ``host`` if it is an address, else the first non-loopback
     IPv4 address of this host (the one outgoing traffic uses, else the resolver's)."""
+    import ipaddress
     import socket  # here, not at import: the host imports this module for `flakekit --help`
 
     try:
@@ -161,6 +164,8 @@ def resolve_ip(host: str) -> str:
 
 
 def default_cache_dir() -> Path:
+    from pathlib import Path
+
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state")
     return Path(base) / "flakekit" / "zookeeper"
@@ -175,6 +180,8 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None, ctx: BuildCont
         raise ConfigError(f"{ctx.path}.name", f"{name!r} contains '/'; set name = \"...\"")
     root = s.root or DEFAULT_ROOTS[s.mode]
     if s.mode == "leaf":
+        from pathlib import Path
+
         from flakekit_zookeeper.leaf import LeafAllocator
 
         ip = s.ip or resolve_ip(ctx.host)
