@@ -28,7 +28,7 @@ from attrs.validators import instance_of, optional
 from flakekit.errors import BackendError, ConfigError, LeaseLostError
 from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import AllocatorFactory, Register
 from flakekit.values.timeunits import Duration, duration_field
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
@@ -254,7 +254,7 @@ def build_http_allocator(settings: HttpAllocatorSettings | None, ctx: BuildConte
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "http", build_http_allocator, settings=HttpAllocatorSettings,
         description="a worker id leased from a `flakekit serve` (no database credentials)",

@@ -7,7 +7,7 @@ families users bring (twitter, discord, sonyflake-v2, instagram, mastodon), so
 from __future__ import annotations
 
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import LayoutFactory, Register
 from flakekit.values.layout import BitLayout
 
 SNOWFLAKE = BitLayout(
@@ -78,6 +78,6 @@ LAYOUTS = (SNOWFLAKE, SONYFLAKE, REGION_SPLIT, TWITTER, DISCORD, SONYFLAKE_V2, I
 
 
 @hookimpl
-def flakekit_register_layouts(register: Register) -> None:
+def flakekit_register_layouts(register: Register[LayoutFactory]) -> None:
     for layout in LAYOUTS:
         register(layout.name, layout, description=layout.description)

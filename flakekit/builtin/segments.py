@@ -9,7 +9,7 @@ import attrs
 
 from flakekit.errors import ConfigError, UnknownNameError
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import Register, SegmentStoreFactory
 from flakekit.sql.settings import SqlStoreSettings  # not sql.leaf: --help needs no SQLAlchemy
 from flakekit.values.keys import key_problem
 
@@ -32,7 +32,7 @@ class SqlStoreOptions(SqlStoreSettings):
 
 
 @hookimpl
-def flakekit_register_segment_stores(register: Register) -> None:
+def flakekit_register_segment_stores(register: Register[SegmentStoreFactory]) -> None:
     register(
         "sql", _build_sql_store, settings=SqlStoreOptions,
         description="Leaf's leaf_alloc table (PostgreSQL, MariaDB/MySQL, SQLite)",
@@ -71,6 +71,7 @@ def sql_store_refs(config: Config) -> list[SqlStoreRef]:
     from flakekit.assembly.kit import typed_generators
     from flakekit.assembly.settings import build_settings
     from flakekit.generators.segment import SegmentSettings
+    from flakekit.pluginhost.contracts import OrdersKeys
     from flakekit.pluginhost.host import get_host
 
     out = []
@@ -80,7 +81,8 @@ def sql_store_refs(config: Config) -> list[SqlStoreRef]:
                 key = spec.settings.key if isinstance(spec.settings, SegmentSettings) else None
                 out.append(SqlStoreRef(name, str(key or name),
                                        build_settings(SqlStoreOptions, ref.settings, ref.path),
-                                       getattr(spec.settings, "order", "node") == "strict"))
+                                       isinstance(spec.settings, OrdersKeys)
+                                       and spec.settings.order == "strict"))
     return out
 
 

@@ -17,7 +17,7 @@ from attrs.validators import instance_of, optional
 
 from flakekit.errors import BackendError, ConfigError, FieldError, FlakekitError
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import AllocatorFactory, Register
 from flakekit.values.timeunits import Duration, duration_field, format_unit, to_duration
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
@@ -137,7 +137,7 @@ def build_sql_allocator(settings: SqlAllocatorSettings | None, ctx: BuildContext
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "sql", build_sql_allocator, settings=SqlAllocatorSettings,
         description="leased worker ids in a database table (PostgreSQL, MariaDB, SQLite)",

@@ -20,7 +20,7 @@ import attrs
 from flakekit.errors import ConfigError
 from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import AllocatorFactory, Register
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
     from flakekit.assembly.context import BuildContext
@@ -216,7 +216,7 @@ def build_static(settings: StaticSettings | None, ctx: BuildContext) -> StaticAl
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "static", build_static, settings=StaticSettings,
         description="a fixed worker id from config, an environment variable or the host name",

@@ -44,8 +44,10 @@ from flakekit.cluster.membership import (
     JoinRequest,
     KeyClaim,
     KeyFence,
+    LapseMeansStopped,
     MemberLease,
     Membership,
+    PollsView,
     lapse_wait_ns,
 )
 from flakekit.cluster.proposer import Proposer
@@ -436,7 +438,7 @@ class ClusterNode:
         view epoch that often, so a planned hand-off moves in about that time, not at the
         next renewal (up to a third of the lease; issue 20). A newer epoch stops the hot
         path at once, as a renewal that read it does."""
-        poll = getattr(self.membership, "view_poll_s", None)
+        poll = self.membership.view_poll_s if isinstance(self.membership, PollsView) else 0
         if not poll or now < self._poll_due_ns:
             return
         self._poll_due_ns = now + round(poll * 1e9)
@@ -460,7 +462,7 @@ class ClusterNode:
     def _next_wait(self) -> float:
         now = self.clock.monotonic_ns()
         due = [self._view_due_ns - now]
-        if getattr(self.membership, "view_poll_s", None):
+        if isinstance(self.membership, PollsView) and self.membership.view_poll_s:
             due.append(self._poll_due_ns - now)
         pending = self._proposer.due_in_ns(now)
         if pending is not None:
@@ -708,7 +710,8 @@ class ClusterNode:
             return False
         if info.state == "left":
             return True
-        if info.state == "lapsed" and getattr(self.membership, "lapse_means_stopped", False):
+        if info.state == "lapsed" and isinstance(self.membership, LapseMeansStopped) \
+                and self.membership.lapse_means_stopped:
             return True
         lease_s = max(self._peer_lease_s, info.lease_ms / 1000, self.settings.lease)
         return self._unchanged_ns(info) >= lapse_wait_ns(lease_s)

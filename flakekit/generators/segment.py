@@ -51,7 +51,7 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -65,6 +65,7 @@ from flakekit.errors import (
 )
 from flakekit.generators.fetcher import FetchJob, FetchPool, shared_pool
 from flakekit.generators.segment_settings import SegmentSettings
+from flakekit.generators.stores import Locates, SegmentStore
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.counter import peek
@@ -73,8 +74,8 @@ from flakekit.values.forks import after_fork_in_child
 from flakekit.values.formats import StringIds
 from flakekit.values.stats import LATENCY_BOUNDS_NS, BufferStats, SegmentStats
 
-if TYPE_CHECKING:  # the contract lives with the others (flakekit.pluginhost.contracts)
-    from flakekit.pluginhost.contracts import SegmentStore
+if TYPE_CHECKING:
+    from flakekit.values.allocation import Allocation
 
 __all__ = [
     "Segment",
@@ -426,8 +427,8 @@ class SegmentGenerator(StringIds):
         if isinstance(error, SchemaError):
             raise SchemaError(str(error))
         budget = f"wait_budget ({self.settings.wait_budget / 1e9:g}s)"
-        store = getattr(self.store, "where", None)
-        store = f"the segment store ({store})" if store else "the segment store"
+        where = self.store.where if isinstance(self.store, Locates) else ""
+        store = f"the segment store ({where})" if where else "the segment store"
         if error is not None:  # the cause is the database, not the step
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             message = (
@@ -684,7 +685,7 @@ class SegmentGenerator(StringIds):
         self._db_max = alloc.max_id
         return Segment(alloc.max_id - alloc.step, alloc.max_id, alloc.step)
 
-    def _store_fetch(self, step: int | None) -> Any:
+    def _store_fetch(self, step: int | None) -> Allocation:
         try:
             return self.store.fetch(self.key, step)
         except SegmentRowError as exc:

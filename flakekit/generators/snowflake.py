@@ -32,7 +32,7 @@ import os
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from flakekit.errors import (
     ClockMovedBackwardsError,
@@ -46,7 +46,7 @@ from flakekit.errors import (
     WorkerExhaustedError,
 )
 from flakekit.leases.keeper import LeaseKeeper
-from flakekit.leases.lease import LeaseRequest, WorkerAllocator, WorkerLease
+from flakekit.leases.lease import LeaseRequest, SeveralLeases, WorkerAllocator, WorkerLease
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock
 from flakekit.values.counter import peek
@@ -106,15 +106,6 @@ class _Tick(_Draws):
     def __init__(self, tick: int, base: int, start: int, top: int, step: int) -> None:
         self.base = base
         self._open(tick, start, top, step)
-
-
-@runtime_checkable
-class SeveralLeases(Protocol):
-    """An allocator that can hold several leases for one process at once (``sql``,
-    ``static`` with a list), so ``workers = N`` shares it; any other gets one allocator
-    per id."""
-
-    several_leases: bool
 
 
 class _Slot:

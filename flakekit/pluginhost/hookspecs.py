@@ -13,7 +13,15 @@ if TYPE_CHECKING:
     import click
 
     from flakekit.leases.lease import WorkerLease
-    from flakekit.pluginhost.registry import Register
+    from flakekit.pluginhost.registry import (
+        AllocatorFactory,
+        ClockFactory,
+        LayoutFactory,
+        MembershipFactory,
+        Register,
+        SegmentStoreFactory,
+        StrategyFactory,
+    )
 
 __all__ = ["hookspec"]
 
@@ -21,7 +29,7 @@ from flakekit.pluginhost.markers import hookspec  # noqa: E402
 
 
 @hookspec
-def flakekit_register_layouts(register: Register) -> None:
+def flakekit_register_layouts(register: Register[LayoutFactory]) -> None:
     """Contribute bit layouts.
 
     Called once when plugins load. ``register(name, factory, description="")`` where
@@ -33,7 +41,7 @@ def flakekit_register_layouts(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_clocks(register: Register) -> None:
+def flakekit_register_clocks(register: Register[ClockFactory]) -> None:
     """Contribute clocks.
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -45,7 +53,7 @@ def flakekit_register_clocks(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     """Contribute worker-id allocators.
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -58,7 +66,7 @@ def flakekit_register_allocators(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_segment_stores(register: Register) -> None:
+def flakekit_register_segment_stores(register: Register[SegmentStoreFactory]) -> None:
     """Contribute segment stores (Leaf-style ranges per key).
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -69,7 +77,7 @@ def flakekit_register_segment_stores(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_strategies(register: Register) -> None:
+def flakekit_register_strategies(register: Register[StrategyFactory]) -> None:
     """Contribute generator strategies (``strategy = NAME`` in ``[generators.NAME]``).
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -83,7 +91,7 @@ def flakekit_register_strategies(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_memberships(register: Register) -> None:
+def flakekit_register_memberships(register: Register[MembershipFactory]) -> None:
     """Contribute cluster membership stores (``[cluster] membership = {type = NAME, ...}``).
 
     Called once when plugins load. ``register(name, factory, settings=cls,

@@ -342,6 +342,11 @@ class BackendPool:
             self._engines[name] = engine
             return engine
 
+    def engines(self) -> dict[str, Engine]:
+        """The engines made so far, by backend name (none is created here)."""
+        with self._lock:
+            return dict(self._engines)
+
     def __attrs_post_init__(self) -> None:
         after_fork_in_child(self, BackendPool.forget_connections)
 

@@ -22,6 +22,7 @@ import time
 
 import flakekit
 from flakekit.errors import FlakekitError, WorkerExhaustedError
+from flakekit.leases.kv import KvLeaseAllocator
 
 
 def main() -> int:
@@ -43,7 +44,8 @@ def main() -> int:
                 raise
             time.sleep(0.05)
     lease = gen.lease
-    lease_ms = getattr(gen.keeper.allocator, "_lease_ms", 0)
+    alloc = gen.keeper.allocator
+    lease_ms = alloc.lease_ms if isinstance(alloc, KvLeaseAllocator) else 0
     print(f"LEASE {lease.worker_id} {lease.epoch} {time.monotonic_ns()} {lease_ms} "
           f"{lease.deadline_ns}", flush=True)
     tolerate = "--tolerate" in args

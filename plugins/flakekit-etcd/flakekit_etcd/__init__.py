@@ -28,9 +28,11 @@ from attrs.validators import instance_of, optional
 
 from flakekit import hookimpl
 from flakekit.plugin import (
+    AllocatorFactory,
     ConfigError,
     Duration,
     FieldError,
+    MembershipFactory,
     Register,
     duration_field,
 )
@@ -213,7 +215,7 @@ def build_etcd_membership(settings: EtcdMembershipSettings | None,
 
 
 @hookimpl
-def flakekit_register_memberships(register: Register) -> None:
+def flakekit_register_memberships(register: Register[MembershipFactory]) -> None:
     register(
         "etcd", build_etcd_membership, settings=EtcdMembershipSettings,
         description="cluster members as keys on etcd leases (create_revision == 0, the "
@@ -223,7 +225,7 @@ def flakekit_register_memberships(register: Register) -> None:
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "etcd", build_etcd_allocator, settings=EtcdSettings,
         description="worker ids leased from etcd: one lease per process, claims by "

@@ -201,6 +201,8 @@ class EtcdMembership:
 
     #: etcd grants leases in whole seconds: ``[cluster] lease`` must span three of them
     lease_granularity: ClassVar[float] = 1.0
+    #: a lapsed record proves nothing: etcd leases can vanish early under a stuck leader
+    lapse_means_stopped: ClassVar[bool] = False
 
     endpoints: str
     clock: Clock

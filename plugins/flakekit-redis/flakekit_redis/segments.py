@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from flakekit.plugin import ConfigError, SegmentRowError, UnknownKeyError
+from flakekit.plugin import Allocation, ConfigError, SegmentRowError, UnknownKeyError
 from flakekit_redis.errors import RedisDataLostError
 from flakekit_redis.guard import Guard
 
@@ -92,15 +92,8 @@ return out
 """
 
 
-@attrs.frozen
-class RedisAllocation:
-    """One fetch: ``max_id`` after it (the range's end, exclusive), ``step`` (the range
-    length) and ``db_step`` (the key's stored step)."""
-
-    key: str
-    max_id: int
-    step: int
-    db_step: int
+#: one fetch: the :class:`~flakekit.plugin.Allocation` every store returns
+RedisAllocation = Allocation
 
 
 @attrs.frozen

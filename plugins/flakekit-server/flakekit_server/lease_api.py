@@ -44,7 +44,14 @@ from typing import Any
 
 import attrs
 
-from flakekit.plugin import BackendError, LeaseLostError, LeaseRequest, WorkerLease
+from flakekit.plugin import (
+    BackendError,
+    LeaseLostError,
+    LeaseRequest,
+    SeveralLeases,
+    WorkerAllocator,
+    WorkerLease,
+)
 from flakekit_server.app import JSON, HttpError, Pending, Response, _params, not_found
 
 __all__ = ["LEASES_PREFIX", "Grant", "LeaseApi", "RateLimit"]
@@ -154,10 +161,10 @@ class LeaseApi:
             raise not_found("unknown_generator", f"no generator {name!r}", name, self.kit)
         parts = self.kit.parts_of(name, "allocator")
         alloc = parts[0].obj if parts else None
-        if alloc is None or getattr(alloc, "renew_interval", None) is None:
+        if not isinstance(alloc, WorkerAllocator) or alloc.renew_interval is None:
             raise HttpError(409, "no_leases", f"generator {name!r} has no leased worker ids to "
                             "hand out: give it a registry, e.g. allocator = {type = \"sql\"}")
-        if not getattr(alloc, "several_leases", False):
+        if not (isinstance(alloc, SeveralLeases) and alloc.several_leases):
             raise HttpError(409, "no_leases", f"the allocator of generator {name!r} holds one "
                             "lease per process; serve leases from an sql allocator")
         if self.workers > 1:

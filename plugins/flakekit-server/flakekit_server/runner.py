@@ -55,17 +55,17 @@ def check_config(config: Any, options: ServerOptions) -> None:
     kit = build_kit(config, get_host(), as_member=False)
     try:
         infos = {name: kit.describe(name) for name in kit}
-        if getattr(config, "cluster", None) is not None:
+        if config.cluster is not None:
             kit.cluster_settings(node=options.node, advertise=options.advertise)
     finally:
         kit.close()  # never started: releases nothing, closes the engines
-    if getattr(config, "cluster", None) is not None and options.workers != 1:
+    if config.cluster is not None and options.workers != 1:
         raise ConfigError(
             "--workers", f"cluster mode serves with one process per node (got --workers "
             f"{options.workers}): run more nodes, each with its own --node and --advertise, "
             "or use --workers 1")
     if options.node is not None or options.advertise is not None:
-        if getattr(config, "cluster", None) is None:
+        if config.cluster is None:
             flag = "--node" if options.node is not None else "--advertise"
             raise ConfigError(flag, "the config has no [cluster] section: --node and "
                               "--advertise name this node in a cluster (docs/cluster.md)")
@@ -169,7 +169,7 @@ def run_worker(
         finally:
             starting[0] = False
         node = None
-        if getattr(config, "cluster", None) is not None and not requested:
+        if config.cluster is not None and not requested:
             # joins the membership; the strict generators are served through it from now on
             node = kit.cluster_node(node=options.node, advertise=options.advertise)
             node.start()

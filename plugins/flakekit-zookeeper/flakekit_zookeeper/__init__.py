@@ -30,9 +30,11 @@ from attrs.validators import ge, in_, instance_of, le, optional
 
 from flakekit import hookimpl
 from flakekit.plugin import (
+    AllocatorFactory,
     ConfigError,
     Duration,
     FieldError,
+    MembershipFactory,
     Register,
     duration_field,
 )
@@ -181,7 +183,7 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None, ctx: BuildCont
         port = s.port if s.port is not None else ctx.port
         if s.port == 0:
             raise ConfigError(f"{ctx.path}.port", PORT_0)
-        instance = getattr(ctx, "instance", 0)
+        instance = ctx.instance
         suffix = f".{instance}" if instance else ""
         cache = Path(s.cache_file) if s.cache_file else (
             (Path(s.cache_dir) if s.cache_dir else default_cache_dir())
@@ -251,7 +253,7 @@ def build_zookeeper_membership(settings: ZooKeeperMembershipSettings | None,
 
 
 @hookimpl
-def flakekit_register_memberships(register: Register) -> None:
+def flakekit_register_memberships(register: Register[MembershipFactory]) -> None:
     register(
         "zookeeper", build_zookeeper_membership, settings=ZooKeeperMembershipSettings,
         description="cluster members as ephemeral znodes (the session is the lease) and "
@@ -260,7 +262,7 @@ def flakekit_register_memberships(register: Register) -> None:
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "zookeeper", build_zookeeper_allocator, settings=ZooKeeperSettings,
         description="worker ids from ZooKeeper: Leaf-compatible (mode = \"leaf\") or "
