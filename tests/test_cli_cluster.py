@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine
@@ -327,8 +328,8 @@ def test_drain_retries_when_another_proposer_wins(cluster):
 
     membership, config, _, _ = cluster
     membership.acquire(JoinRequest("ids", WEB3, 60.0))
-    text = open(config).read().replace('name = "ids"\n', 'name = "ids"\nmembership = "racy"\n')
-    open(config, "w").write(text)
+    text = Path(config).read_text().replace('name = "ids"\n', 'name = "ids"\nmembership = "racy"\n')
+    Path(config).write_text(text)
     host = PluginHost().load(entrypoints=False, extra=[RacyPlugin()])
     kit = build_kit(load_config(config), host, as_member=False)
     try:

@@ -34,14 +34,14 @@ def per_key_threads() -> list[str]:
             and t.name != "flakekit-segment-keys"]
 
 
-def until(predicate, what: str, timeout: float = 30.0) -> None:  # noqa: ANN001
+def until(predicate, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.002)
 
 
-def sqlite_store(tmp_path, keys: int, step: int = 10) -> SqlSegmentStore:  # noqa: ANN001
+def sqlite_store(tmp_path, keys: int, step: int = 10) -> SqlSegmentStore:
     store = SqlSegmentStore(create_engine(f"sqlite:///{tmp_path / 'keys.db'}",
                                           connect_args={"timeout": 30}))
     store.create("k000000", step)
@@ -71,7 +71,7 @@ class GatedStore:
     def where(self) -> str:
         return "sqlite (gated)"
 
-    def fetch(self, key: str, step: int | None = None):  # noqa: ANN201
+    def fetch(self, key: str, step: int | None = None):
         with self.lock:
             self.attempts[key] = self.attempts.get(key, 0) + 1
         if key in self.failing:
@@ -109,7 +109,7 @@ def serve_first_ids(service: SegmentService, keys: int, before: frozenset[int],
     return [x for r in results for x in r], peak[0]
 
 
-def check_many_keys(tmp_path, keys: int) -> None:  # noqa: ANN001
+def check_many_keys(tmp_path, keys: int) -> None:
     store = sqlite_store(tmp_path, keys)
     settings = SegmentSettings(preload=False, fetch_threads=2, wait_budget="60s")
     before = frozenset(t.ident for t in threading.enumerate() if t.ident is not None)

@@ -60,7 +60,7 @@ class SlowStore:
         return self.inner.give_back(key, expected, new)
 
 
-def until(predicate, what: str, timeout: float = 10.0) -> None:  # noqa: ANN001
+def until(predicate, what: str, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -70,7 +70,7 @@ def until(predicate, what: str, timeout: float = 10.0) -> None:  # noqa: ANN001
 class Sim:
     """Drive one generator through a traffic schedule, one manual millisecond a step."""
 
-    def __init__(self, tmp_path, hunger: bool, *, step: int = 1000, latency_ms: int = 10,  # noqa: ANN001
+    def __init__(self, tmp_path, hunger: bool, *, step: int = 1000, latency_ms: int = 10,
                  **settings: object) -> None:
         self.clock = ManualClock()
         inner = SqlSegmentStore(create_engine(f"sqlite:///{tmp_path / f'h{hunger}.db'}"))
@@ -187,7 +187,7 @@ def test_without_latency_hunger_never_grows(tmp_path):
 
 
 # -- TTL -----------------------------------------------------------------------------------
-def ttl_gen(tmp_path, **settings):  # noqa: ANN001, ANN201
+def ttl_gen(tmp_path, **settings):
     clock = ManualClock()
     store = SqlSegmentStore(create_engine(f"sqlite:///{tmp_path / 'ttl.db'}"))
     store.create("k", 100)

@@ -102,7 +102,7 @@ class Leases:
         pass
 
 
-def keeper_of(gen: SnowflakeGenerator, worker: int):  # noqa: ANN201 - test helper
+def keeper_of(gen: SnowflakeGenerator, worker: int):  # test helper
     return next(k for k in gen.keepers if k.lease is not None and k.lease.worker_id == worker)
 
 
@@ -183,7 +183,7 @@ class TestOrder:
 
 
 class TestLosingIds:
-    def make(self, ids: list[int], clock: ManualClock | None = None):  # noqa: ANN201
+    def make(self, ids: list[int], clock: ManualClock | None = None):
         clock = clock or ManualClock()
         alloc = Leases(clock, ids)
         gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc, workers=len(ids)).start()
@@ -347,7 +347,7 @@ class TestStatic:
         with pytest.raises(ConfigError, match=r"^allocator\.worker_id: all 2 configured"):
             gen.start()
 
-    def config(self, host, **gen):  # noqa: ANN001, ANN201
+    def config(self, host, **gen):
         table = {"strategy": "snowflake", "clock": "system", **gen}
         return build_kit(parse_config({"generators": {"g": table}}), host)
 
@@ -394,8 +394,8 @@ class OneLeasePlugin:
     built: list[int] = []
 
     @hookimpl
-    def flakekit_register_allocators(self, register):  # noqa: ANN001, ANN201
-        def build(settings, ctx):  # noqa: ANN001, ANN202
+    def flakekit_register_allocators(self, register):
+        def build(settings, ctx):
             OneLeasePlugin.built.append(ctx.instance)
             return StaticAllocator(StaticSettings(worker_id=10 + ctx.instance))
 

@@ -216,7 +216,7 @@ class ClusterNode:
         self._keeper.close()
         try:
             self.membership.close()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a plugin's close: log it, go on closing
             log.warning("%s: closing the membership: %s", self._who, exc)
 
     def __enter__(self) -> ClusterNode:
@@ -456,7 +456,7 @@ class ClusterNode:
                 return
             try:
                 self.upkeep()
-            except Exception:   # noqa: BLE001 - the upkeep must outlive any one failure
+            except Exception:  # the upkeep must outlive any one failure
                 log.exception("%s: upkeep failed", self._who)
 
     def _next_wait(self) -> float:

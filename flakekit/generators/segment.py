@@ -589,7 +589,7 @@ class SegmentGenerator(StringIds):
                 return None
         try:
             segment = self._fetch()
-        except Exception as exc:  # noqa: BLE001 - any failure: report, back off, retry
+        except Exception as exc:  # any failure: report, back off, retry
             backoff = self._backoff
             self._backoff = min(backoff * 2, self.settings.retry_max / 1e9)
             with self._cond:

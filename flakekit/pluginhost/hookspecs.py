@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["hookspec"]
 
-from flakekit.pluginhost.markers import hookspec  # noqa: E402
+from flakekit.pluginhost.markers import hookspec
 
 
 @hookspec

@@ -682,5 +682,5 @@ class EtcdMembership:
 def _cancel(cancel: Callable[[], None]) -> None:
     try:
         cancel()
-    except Exception:  # noqa: BLE001 - closing a socket only
+    except Exception:  # closing a socket only
         log.debug("cancelling an etcd watch failed", exc_info=True)

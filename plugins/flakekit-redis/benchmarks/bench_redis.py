@@ -127,7 +127,7 @@ def main() -> None:
     rows = {"redis": redis_numbers(args.redis, args.n)}
     try:
         rows["sql (PostgreSQL)"] = pg_numbers(args.pg, args.n)
-    except Exception as exc:  # no PostgreSQL here: Redis alone
+    except Exception as exc:  # noqa: BLE001 - no PostgreSQL here: Redis alone
         print(f"PostgreSQL skipped: {type(exc).__name__}: {exc}")
     print(f"{'path':18} {'fetch':>10} {'renew':>10} {'acq+rel':>10} {'next_id':>14}")
     for name, r in rows.items():

@@ -759,7 +759,7 @@ class IdService:
     def _read_db(self) -> None:
         try:
             self._db_page = (time.monotonic(), self._render_db())
-        except Exception:  # noqa: BLE001 - the page says nothing new; logged
+        except Exception:  # the page says nothing new; logged
             log.exception("reading the segment tables for /db failed")
 
     def _render_db(self) -> bytes:

@@ -95,7 +95,7 @@ class ClusterHttp:
         while not self._stop.wait(interval):
             try:
                 self._refresh()
-            except Exception:  # noqa: BLE001 - the pages show the last good copy
+            except Exception:  # the pages show the last good copy
                 log.exception("reading the cluster status failed")
 
     def _refresh(self) -> None:

@@ -301,7 +301,7 @@ class LeaseApi:
                     alloc = self.kit.parts_of(grant.generator, "allocator")[0].obj
                     try:
                         alloc.release(grant.lease, max(grant.mark, grant.lease.not_before_ns))
-                    except Exception as exc:  # it lapses in the registry on its own
+                    except Exception as exc:  # noqa: BLE001 - it lapses in the registry on its own
                         log.warning("%s: releasing lapsed worker %d: %s", grant.generator,
                                     grant.lease.worker_id, exc)
                 log.info("%s: worker %d lapsed (its client stopped renewing)",

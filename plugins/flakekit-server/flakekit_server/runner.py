@@ -248,7 +248,7 @@ async def _publish(service: IdService, interval: float = 1.0) -> None:
         try:
             service.sample_rates()
             service.write_snapshot()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("could not publish the process snapshot")
         await asyncio.sleep(interval)
 
@@ -330,7 +330,7 @@ class Supervisor:
 
                 status = run_worker(self.config, self.options, sock, process=index,
                                     run_dir=self.run_dir, on_ready=ready)
-            except BaseException as exc:  # noqa: BLE001 - report to the parent, then exit
+            except BaseException as exc:  # report to the parent, then exit
                 from flakekit.plugin import USAGE_ERRORS
 
                 usage = isinstance(exc, USAGE_ERRORS)
