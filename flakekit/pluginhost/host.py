@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import pluggy
 
-from flakekit.errors import PluginLoadError
+from flakekit.errors import DuplicateRegistrationError, PluginLoadError
 from flakekit.pluginhost import hookspecs
 from flakekit.pluginhost.entrypoints import flakekit_entry_points
 from flakekit.pluginhost.registry import Registry
@@ -138,9 +138,25 @@ class PluginHost:
                 except Exception as exc:  # noqa: BLE001 - recorded and shown, never hidden
                     self._mark_broken(plugin_name, f"registering failed: {_one_line(exc)}")
             else:
-                self._collect(plugin_name, plugin)
+                self._collect_builtin(plugin_name, plugin, loaded)
         self.loaded = True
         return self
+
+    def _collect_builtin(self, name: str, plugin: Any, loaded: list[str]) -> None:
+        """Collect a built-in (or an ``extra``) plugin. A name of it that an entry-point
+        plugin took first breaks that entry point, not the host (a built-in name is taken
+        on purpose): it is recorded as broken with the duplicate's message, and the
+        built-in registers."""
+        while True:
+            try:
+                self._collect(name, plugin)
+                return
+            except DuplicateRegistrationError as exc:
+                if exc.first not in loaded:
+                    raise
+                self._mark_broken(exc.first, f"registering failed: {exc}")
+                for registry in self.registries.values():  # what it registered before
+                    registry.remove_plugin(name)
 
     def _load_entrypoints(self, allow: list[str] | None) -> list[str]:
         """Import and register the ``flakekit`` entry points (pluggy's loader, but one
