@@ -156,7 +156,8 @@ def report(curves: dict[str, list[dict]], crowd: dict[str, dict]) -> str:
     if crowd:
         lines += ["", "256 concurrent starters (threads, one allocator and identity each, a "
                   "40-connection pool):", "",
-                  "| server | all done | acquires/s | per starter median / p90 / max | ids distinct |",
+                  "| server | all done | acquires/s | per starter median / p90 / max | ids "
+                  "distinct |",
                   "|---|---:|---:|---:|---|"]
         for name, c in crowd.items():
             ok = "yes" if c["distinct"] and c["acquired"] == c["starters"] else \

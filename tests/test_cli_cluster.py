@@ -358,5 +358,6 @@ def test_db_init_creates_the_cluster_tables_where_they_are_used(capsys, tmp_path
     assert (code, err) == (0, ""), err
     for db in (members_db, segments_db):
         tables = set(inspect(create_engine(f"sqlite:///{db}")).get_table_names())
-        assert {"flakekit_members", "flakekit_cluster_view", "flakekit_key_owner"} <= tables, (db, tables)
+        assert {"flakekit_members", "flakekit_cluster_view", "flakekit_key_owner"} <= tables, (db,
+                                                                                               tables)
     assert "leaf_alloc" in set(inspect(create_engine(f"sqlite:///{segments_db}")).get_table_names())

@@ -54,7 +54,8 @@ class TestExamplePlugin:
         assert "layout:js-safe" in plugins.stdout and "clock:offset" in plugins.stdout
         listing = _flakekit(example_plugin_venv, "layout", "list")
         assert listing.returncode == 0, listing.stderr
-        assert any(line.split()[:2] == ["js-safe", "41/4/8"] for line in listing.stdout.splitlines())
+        assert any(line.split()[:2] == ["js-safe",
+                                        "41/4/8"] for line in listing.stdout.splitlines())
         show = _flakekit(example_plugin_venv, "layout", "show", "js-safe", "--json")
         assert show.returncode == 0, show.stderr
         assert '"total_bits": 53' in show.stdout and '"worker_field": "worker"' in show.stdout

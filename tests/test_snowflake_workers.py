@@ -49,7 +49,8 @@ def gen_of(layout: BitLayout, ids: object, clock: ManualClock | None = None,
     clock = clock or ManualClock()
     alloc = static(ids)
     n = len(parse_worker_ids(ids, "worker_id"))
-    return SnowflakeGenerator(layout, clock, alloc, workers=n, **kw).start(), clock  # type: ignore[arg-type]
+    return SnowflakeGenerator(layout, clock, alloc, workers=n,
+                              **kw).start(), clock  # type: ignore[arg-type]
 
 
 def increasing(ids: list[int]) -> bool:
@@ -309,7 +310,8 @@ class TestLosingIds:
     def test_bad_workers(self):
         for bad in (0, -1, True, "2", 1025):
             with pytest.raises(ValueError, match="workers must be a whole number from 1 to 1024"):
-                SnowflakeGenerator(SNOWFLAKE, ManualClock(), static("0-1"), workers=bad)  # type: ignore[arg-type]
+                SnowflakeGenerator(SNOWFLAKE, ManualClock(), static("0-1"),
+                                   workers=bad)  # type: ignore[arg-type]
 
 
 class TestStatic:
@@ -435,7 +437,8 @@ def holders(url: str) -> dict[int, str | None]:
     return {r[0]: r[1] for r in rows}
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.mark.parametrize("kind",
+                         ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def test_sql_allocator_leases_n_distinct_ids_and_releases_them(kind, request, tmp_path):
     url = (f"sqlite:///{tmp_path / 'w.db'}" if kind == "sqlite"
            else request.getfixturevalue("pg_url"))

@@ -196,8 +196,8 @@ class HttpAllocator:
                               f"{valid / NS:g} s; the safety window must be less than half "
                               "of it")
         if deadline <= self.clock.monotonic_ns():
-            raise BackendError(f"lease server {self.settings.url}: the answer came after the lease's "
-                               "deadline (the request took longer than the validity)")
+            raise BackendError(f"lease server {self.settings.url}: the answer came after the "
+                               "lease's deadline (the request took longer than the validity)")
         if old is None:
             return lease
         return attrs.evolve(old, deadline_ns=deadline, stamp_until_ns=stamp_until)
@@ -224,7 +224,8 @@ class HttpAllocator:
             resp = conn.getresponse()
             status, body = resp.status, resp.read()
         except (OSError, http.client.HTTPException) as exc:
-            why = "timed out" if isinstance(exc, socket.timeout) else (str(exc) or type(exc).__name__)
+            why = ("timed out" if isinstance(exc, socket.timeout)
+                   else str(exc) or type(exc).__name__)
             raise BackendError(f"lease server {s.url}: {why}") from None
         finally:
             conn.close()

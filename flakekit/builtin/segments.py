@@ -176,7 +176,8 @@ def flakekit_register_commands(cli: click.Group) -> None:
 
     backend_option = click.option(
         "--backend", default=None,
-        help="Backend holding leaf_alloc. Default: those of the config's segment generators, else 'default'.",
+        help="Backend holding leaf_alloc. Default: those of the config's segment generators, else "
+             "'default'.",
     )
 
     @cli.group("segments", invoke_without_command=True)
@@ -184,7 +185,8 @@ def flakekit_register_commands(cli: click.Group) -> None:
     @backend_option
     @json_option
     @click.pass_context
-    def segments(ctx: click.Context, config_path: str | None, backend: str | None, as_json: bool) -> None:
+    def segments(ctx: click.Context, config_path: str | None, backend: str | None,
+                 as_json: bool) -> None:
         """Segment keys (Leaf's leaf_alloc): max_id, step, and who serves them."""
         if ctx.invoked_subcommand is not None:
             return
@@ -207,7 +209,8 @@ def flakekit_register_commands(cli: click.Group) -> None:
 
     @segments.command("create")
     @click.argument("key")
-    @click.option("--step", type=int, required=True, help="IDs per fetch (Leaf: ~10 min of peak traffic).")
+    @click.option("--step", type=int, required=True,
+                  help="IDs per fetch (Leaf: ~10 min of peak traffic).")
     @click.option("--start", type=int, default=1, show_default=True, help="The first ID.")
     @click.option("--description", default=None, help="Free text (Leaf's description column).")
     @config_option
@@ -229,7 +232,9 @@ def flakekit_register_commands(cli: click.Group) -> None:
         targets = store_targets(config, backend)
         if len(targets) > 1:
             names = ", ".join(f"{t.backend}/{t.table}" for t in targets)
-            raise ConfigError("--backend", f"the config's segment generators use several tables ({names}); choose one with --backend")
+            raise ConfigError("--backend",
+                              f"the config's segment generators use several tables ({names}); "
+                              "choose one with --backend")
         target = targets[0]
         pool = config.pool()
         try:

@@ -176,7 +176,8 @@ class StaticAllocator:
                 )
             worker = free[0]
             self._held.add(worker)
-        return WorkerLease(worker_id=worker, epoch=1, holder=f"static@{request.host or self.hostname}")
+        return WorkerLease(worker_id=worker, epoch=1,
+                           holder=f"static@{request.host or self.hostname}")
 
     def renew(self, lease: WorkerLease, issued_until_ns: int) -> WorkerLease:
         # A fixed id never lapses: every renewal succeeds (a new value, so the keeper

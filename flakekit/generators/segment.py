@@ -253,7 +253,8 @@ class SegmentGenerator(StringIds):
                 except (UnknownKeyError, SchemaError):
                     raise
                 except FlakekitError as exc:
-                    log.warning("%s: first fetch failed, retrying in the background: %s", self.name, exc)
+                    log.warning("%s: first fetch failed, retrying in the background: %s", self.name,
+                                exc)
             with self._cond:
                 closed = self._closed  # close() ran during the first fetch
                 if not closed:
@@ -291,7 +292,8 @@ class SegmentGenerator(StringIds):
             job = self._job
         # a queued fetch or a back-off never runs; one in flight is waited for (bounded)
         if job is not None and not job.cancel(timeout):
-            log.warning("%s: fetcher still busy after %.1fs; not giving anything back", self.name, timeout)
+            log.warning("%s: fetcher still busy after %.1fs; not giving anything back", self.name,
+                        timeout)
             return
         if self.settings.give_back and self._started:
             self._give_back(cur if cur is not _EMPTY else None, line)
@@ -601,7 +603,8 @@ class SegmentGenerator(StringIds):
             if not isinstance(exc, FlakekitError):
                 log.exception("%s: unexpected error fetching a segment", self.name)
             else:
-                log.warning("%s: fetching a segment failed (retry in %.2fs): %s", self.name, backoff, exc)
+                log.warning("%s: fetching a segment failed (retry in %.2fs): %s", self.name,
+                            backoff, exc)
             return None if closed else backoff
         self._backoff = self.settings.retry_min / 1e9
         with self._cond:

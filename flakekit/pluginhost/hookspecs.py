@@ -158,7 +158,8 @@ def flakekit_lease_lost(generator: str, lease: WorkerLease, reason: str) -> None
 
 
 @hookspec
-def flakekit_clock_moved_backwards(generator: str, clock: str, behind_ns: int, waited: bool) -> None:
+def flakekit_clock_moved_backwards(generator: str, clock: str, behind_ns: int,
+                                   waited: bool) -> None:
     """A generator's wall clock stepped back.
 
     :param generator: the generator's name.

@@ -257,7 +257,8 @@ class PluginHost:
         """Build the registered layout ``name``."""
         layout = self.layouts.get(name, path).create()
         if not isinstance(layout, BitLayout):
-            raise TypeError(f"layout {name!r} factory returned {type(layout).__name__}, not BitLayout")
+            raise TypeError(f"layout {name!r} factory returned {type(layout).__name__}, not "
+                            "BitLayout")
         return layout
 
     def events(self) -> Events:

@@ -98,9 +98,11 @@ class Registry:
                 "lower case letters, digits, '-', '_' or '.', starting with a letter"
             )
         if not callable(factory) and not isinstance(factory, BitLayout):
-            raise TypeError(f"plugin {plugin!r} registered {self.kind} {name!r} with a non-callable factory")
+            raise TypeError(f"plugin {plugin!r} registered {self.kind} {name!r} with a "
+                            "non-callable factory")
         if settings is not None and not attrs.has(settings):
-            raise TypeError(f"plugin {plugin!r}: settings of {self.kind} {name!r} must be an attrs class")
+            raise TypeError(f"plugin {plugin!r}: settings of {self.kind} {name!r} must be an attrs "
+                            "class")
         if name in self._items:
             raise DuplicateRegistrationError(self.kind, name, self._items[name].plugin, plugin)
         self._items[name] = Registration(self.kind, name, factory, settings, description, plugin,

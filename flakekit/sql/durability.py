@@ -233,7 +233,8 @@ class DurabilityWatch:
             seen = f"{last.verdict} ({last.detail})" if last else "unknown (not readable)"
             raise BackendError(
                 f"backends.{self.backend}: refusing to {action}: replication = "
-                f"\"synchronous\" but commits are {seen}; set {last.fix if last and last.fix else PG_FIX} "
+                f"\"synchronous\" but commits are {seen}; set "
+                f"{last.fix if last and last.fix else PG_FIX} "
                 "on the database, or replication = \"any\" to accept the loss")
 
 

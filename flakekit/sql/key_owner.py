@@ -224,4 +224,5 @@ def key_owner_of(engine: Engine, key: str) -> KeyOwnerRecord | None:
     if row is None:
         return None
     node, epoch, released, at = row
-    return KeyOwnerRecord(key, node, epoch, bool(released), (ns_of(aware_utc(at)) or 0) // 1_000_000)
+    return KeyOwnerRecord(key, node, epoch, bool(released),
+                          (ns_of(aware_utc(at)) or 0) // 1_000_000)

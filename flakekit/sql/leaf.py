@@ -111,8 +111,7 @@ LEAF_MYSQL_DDL = (
     "CREATE TABLE IF NOT EXISTS {table} ("
     "biz_tag varchar(128) NOT NULL DEFAULT '', "
     "max_id bigint(20) NOT NULL DEFAULT '1', "
-    "step int(11) NOT NULL, "
-    "description varchar(256) DEFAULT NULL, "
+    "step int(11) NOT NULL, description varchar(256) DEFAULT NULL, "
     "update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, "
     "PRIMARY KEY (biz_tag)) ENGINE=InnoDB"
 )
@@ -223,7 +222,9 @@ class KeyInfo:
 
 def _check_key(key: object) -> str:
     if not isinstance(key, str) or not key or len(key) > 128:
-        raise ConfigError("key", f"a segment key is a non-empty string of at most 128 characters, got {key!r}")
+        raise ConfigError("key",
+                          "a segment key is a non-empty string of at most 128 characters, got "
+                          f"{key!r}")
     if is_period_key(key):
         raise ConfigError("KEY", f"{key!r}: a name ending in '@' and 4, 6 or 8 digits is a "
                           "periodic counter's row (reset = ...), created on first use; "

@@ -192,7 +192,8 @@ class RedisSegmentStore:
             # by a later one is not checked)
             if last_seq and seq > last_seq and got.max_id - got.step < last.stop:
                 raise RedisDataLostError(
-                    f"{self.where}: key {key!r} handed out [{got.max_id - got.step}, {max_id}) after this "
+                    f"{self.where}: key {key!r} handed out [{got.max_id - got.step}, {max_id}) "
+                    "after this "
                     f"process had fetched [{last.start}, {last.stop}): Redis went back (a "
                     "fail-over or a restore lost writes); the range is not used. Fix: "
                     f"`flakekit redis reseed --floor N`, N at least {last.stop}")
@@ -225,7 +226,8 @@ class RedisSegmentStore:
         if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_DB_STEP:
             raise ConfigError("step", f"must be an integer from 1 to {MAX_DB_STEP}, got {step!r}")
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= MAX_ID - step:
-            raise ConfigError("start", f"must be an integer from 0 to {MAX_ID - step}, got {start!r}")
+            raise ConfigError("start",
+                              f"must be an integer from 0 to {MAX_ID - step}, got {start!r}")
         out = self.guard.run("create", _CREATE, [self.guard.segment_key(key)],
                              [key, step, str(start), description or ""],
                              what=f"creating key {key!r}", write=True)

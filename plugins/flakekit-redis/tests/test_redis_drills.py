@@ -62,7 +62,8 @@ def _first(proc: subprocess.Popen[str], tag: str, timeout: float = 30,
             return line.split()
         if time.monotonic() > end:
             break
-    raise AssertionError(f"no {tag} line; stderr: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+    raise AssertionError(f"no {tag} line; stderr: "
+                         f"{proc.stderr.read()[-2000:] if proc.stderr else ''}")
 
 
 def _ids(text: str) -> list[int]:
@@ -146,8 +147,8 @@ def test_restart_without_data_is_refused_until_reseeded(tmp_path, throwaway_redi
     assert c.returncode == 0, c_err[-2000:]
     ids = _ids(a_out) + _ids(c_out)
     assert _ids(a_out) and _ids(c_out) and len(ids) == len(set(ids))
-    print(f"\nrestart drill: the generator refused ({' '.join(err[4:])}); a new process refused; after "
-          f"reseed --floor {floor} the store went on at {after.max_id - after.step}; "
+    print(f"\nrestart drill: the generator refused ({' '.join(err[4:])}); a new process refused; "
+          f"after reseed --floor {floor} the store went on at {after.max_id - after.step}; "
           f"{len(ids)} IDs, no duplicate")
     assert isinstance(lost.value, FlakekitError)
 

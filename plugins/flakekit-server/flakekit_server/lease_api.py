@@ -121,7 +121,8 @@ class LeaseApi:
         self._reaper: threading.Thread | None = None
 
     # -- dispatch -----------------------------------------------------------------------------
-    def handle(self, method: bytes, rest: str, query: bytes, auth: bytes | None) -> Response | Pending:
+    def handle(self, method: bytes, rest: str, query: bytes,
+               auth: bytes | None) -> Response | Pending:
         """``POST {gen}`` grants, ``POST {gen}/{lease}/renew|release``, ``GET {gen}`` lists."""
         parts = rest.split("/")
         name = parts[0]
@@ -198,7 +199,8 @@ class LeaseApi:
         return Pending(route, run)
 
     # -- the operations (in a worker thread) ----------------------------------------------------
-    def _grant(self, name: str, allocator: Any, client: str, top: int, clock: int) -> dict[str, Any]:
+    def _grant(self, name: str, allocator: Any, client: str, top: int,
+               clock: int) -> dict[str, Any]:
         layout = self.kit.describe(name).layout
         own = layout.max_value(layout.worker_field) if layout is not None else top
         if top > own:

@@ -109,7 +109,8 @@ def new_loop(kind: str) -> tuple[asyncio.AbstractEventLoop, str]:
             import uvloop
         except ImportError:
             if kind == "uvloop":
-                raise ConfigError("--loop", "uvloop is not installed (pip install uvloop)") from None
+                raise ConfigError("--loop",
+                                  "uvloop is not installed (pip install uvloop)") from None
         else:
             return uvloop.new_event_loop(), "uvloop"
     return asyncio.new_event_loop(), "asyncio"
@@ -334,12 +335,15 @@ class Supervisor:
                 from flakekit.plugin import USAGE_ERRORS
 
                 usage = isinstance(exc, USAGE_ERRORS)
-                message = str(exc) if isinstance(exc, FlakekitError) else f"{type(exc).__name__}: {exc}"
+                message = (str(exc) if isinstance(exc, FlakekitError)
+                           else f"{type(exc).__name__}: {exc}")
                 if not isinstance(exc, FlakekitError):
                     log.exception("process %d failed", index)
                 if pipe_open[0]:
                     try:
-                        os.write(w, json.dumps({"ok": False, "error": message, "usage": usage}).encode())
+                        os.write(w,
+                                 json.dumps({"ok": False, "error": message,
+                                             "usage": usage}).encode())
                     except OSError:
                         pass
                 status = 2 if usage else 1

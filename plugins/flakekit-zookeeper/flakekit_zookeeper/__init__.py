@@ -127,7 +127,8 @@ class ZooKeeperSettings:
                 f"({self.session_timeout / 2e9:g} s); raise the session timeout or lower the window",
             )
         if self.name is not None and ("/" in self.name or not self.name):
-            raise FieldError("name", f"'name' must be a non-empty name without '/', got {self.name!r}")
+            raise FieldError("name",
+                             f"'name' must be a non-empty name without '/', got {self.name!r}")
         if self.ip is not None:
             try:
                 ipaddress.ip_address(self.ip)
@@ -215,7 +216,8 @@ class ZooKeeperMembershipSettings:
     """
 
     hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = attrs.field(default="/flakekit", converter=_root)  # type: ignore[assignment]  # converted
+    root: str = attrs.field(default="/flakekit",
+                            converter=_root)  # type: ignore[assignment]  # converted
     session_timeout: Duration | None = duration_field(None, minimum=1, optional=True)
     connect_timeout: Duration = duration_field("5s", minimum=1)
     safety_window: Duration | None = duration_field(None, optional=True)
