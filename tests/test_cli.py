@@ -280,7 +280,8 @@ class TestScriptFriendly:
         code, out, _ = run(capsys, "layout", "compose", "snowflake", "time=2024-01-01T00:00:00Z",
                            "worker=3", "sequence=1", "--json")
         data = json.loads(out)
-        assert code == 0 and data["id"] == 1741610183685058561 and data["id_str"] == "1741610183685058561"
+        assert (code == 0 and data["id"] == 1741610183685058561
+                and data["id_str"] == "1741610183685058561")
         assert data["timestamp"] == "2024-01-01T00:00:00.000Z" and data["worker"] == 3
 
     def test_workers_and_release_json(self, capsys, tmp_path, sqlite_url):

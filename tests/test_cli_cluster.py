@@ -150,7 +150,8 @@ def test_drain_moves_the_nodes_keys(capsys, cluster):
 
     # a second drain: nothing moves
     code, out, _ = run_cli(capsys, "cluster", "drain", "web-1", "-c", config)
-    assert code == 0 and out == "'web-1' is already out of view epoch 2; marked draining, nothing moves\n"
+    assert (code == 0
+            and out == "'web-1' is already out of view epoch 2; marked draining, nothing moves\n")
     assert membership.view("ids").epoch == 2
 
     # --undo puts it back (it is alive): the keys go home
@@ -183,7 +184,8 @@ def test_undo_of_a_member_that_left(capsys, cluster):
     membership.release(leases[1], 0)
     code, out, _ = run_cli(capsys, "cluster", "drain", "web-2", "--undo", "-c", config)
     assert code == 0
-    assert out == "'web-2' is no longer draining; it is left: it rejoins the view when its node is up again\n"
+    assert (out == "'web-2' is no longer draining; it is left: it rejoins the view when its node "
+                   "is up again\n")
     assert membership.view("ids").nodes() == ("web-1",)
 
 

@@ -295,7 +295,8 @@ class TestDecodeVerdicts:
         """`decode 2^64-1 -l mastodon`: one line, exit 1, no clamped date."""
         code, out, err = run(capsys, "decode", str(2**64 - 1), "-l", "mastodon")
         assert code == 1 and out == "" and len(err.splitlines()) == 1
-        assert "is no mastodon ID: its time lies after 9999-12-31" in err and "9999-12-31T" not in err
+        assert ("is no mastodon ID: its time lies after 9999-12-31" in err
+                and "9999-12-31T" not in err)
         assert "--all" in err
 
     def test_nothing_fits_exits_1(self, capsys):

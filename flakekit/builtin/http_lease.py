@@ -213,7 +213,8 @@ class HttpAllocator:
 
         s = self.settings
         parts = urlsplit(s.url)
-        conn_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn_type = (http.client.HTTPSConnection if parts.scheme == "https"
+                     else http.client.HTTPConnection)
         conn = conn_type(parts.hostname or "", parts.port, timeout=s.timeout / NS)
         target = f"{PREFIX}{quote(self.name, safe='')}{quote(tail)}"
         if query:

@@ -372,7 +372,8 @@ def render(snapshots: Iterable[Mapping[str, Any]],
                     fams["flakekit_segment_waits_total"].add(key.get("waits", 0), **labels)
                     fams["flakekit_segment_unavailable_total"].add(key.get("unavailable", 0),
                                                                    **labels)
-        snowflakes = {gen["name"] for gen in snap["generators"] if gen.get("kind") == "time-ordered"}
+        snowflakes = {gen["name"] for gen in snap["generators"]
+                      if gen.get("kind") == "time-ordered"}
         for g, waited, n in snap["events"]["clock_rollbacks"]:
             if g not in snowflakes:   # (a generator's own series are written above)
                 fams["flakekit_clock_rollbacks_total"].add(
