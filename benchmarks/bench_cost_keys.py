@@ -143,7 +143,8 @@ def flat_until(rows: list[dict], field: str, factor: float = 2.0) -> str:
     base = rows[0][field]
     for row in rows:
         if row[field] is not None and base and row[field] > factor * base:
-            return f"{row['keys']:,} keys ({row[field] / base:.1f}x the {rows[0]['keys']:,}-key value)"
+            return (f"{row['keys']:,} keys ({row[field] / base:.1f}x the "
+                    f"{rows[0]['keys']:,}-key value)")
     return f"not within {rows[-1]['keys']:,} keys"
 
 

@@ -163,7 +163,8 @@ def report(curves: dict[str, list[dict]], crowd: dict[str, dict]) -> str:
             ok = "yes" if c["distinct"] and c["acquired"] == c["starters"] else \
                 f"**no** ({c['acquired']} acquired; {'; '.join(c['errors'])})"
             lines.append(f"| {name} | {c['wall_ms']:.0f} ms | {c['acquires_per_s']:.0f} | "
-                         f"{c['median_ms']:.0f} / {c['p90_ms']:.0f} / {c['max_ms']:.0f} ms | {ok} |")
+                         f"{c['median_ms']:.0f} / {c['p90_ms']:.0f} / {c['max_ms']:.0f} ms "
+                         f"| {ok} |")
         lines.append("")
         lines.append("* Why a starter in the crowd waits much longer than a single acquire: "
                      "acquires of one service take the service's acquire lock, so they run "

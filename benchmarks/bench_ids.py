@@ -83,7 +83,8 @@ class Check:
 
 def run(
     name: str, call: Callable[..., Any], *, per_call: int = 1, arg: Any = None,
-    cap: float | None, repeats: int, seconds: float, check: Callable[[list[Any]], None] | None = None,
+    cap: float | None, repeats: int, seconds: float,
+    check: Callable[[list[Any]], None] | None = None,
     note: str = "",
 ) -> Result:
     """Time ``call()`` (or ``call(arg)``) ``repeats`` times for about ``seconds`` each."""

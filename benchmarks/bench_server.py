@@ -1,6 +1,7 @@
 """Benchmark `flakekit serve` with wrk on loopback, against the same service on uvicorn.
 
-    .venv/bin/python benchmarks/bench_server.py [--workers 2] [--duration 10] [--stacks flakekit,uvicorn]
+    .venv/bin/python benchmarks/bench_server.py [--workers 2] [--duration 10] \\
+        [--stacks flakekit,uvicorn]
 
 For each stack it starts the server (N processes, each with its own worker lease from a
 SQLite file), then runs wrk (Debian's ``wrk``; ``apt-get install wrk``):
@@ -52,7 +53,8 @@ LUA = textwrap.dedent("""
     if d > 0 then delay = function() return d end end
     done = function(summary, latency, requests)
       local e = summary.errors
-      io.write(string.format("FKSTAT %d %d %d %d %d %d %d %d\\n", summary.requests, summary.duration,
+      io.write(string.format("FKSTAT %d %d %d %d %d %d %d %d\\n",
+        summary.requests, summary.duration,
         e.connect + e.read + e.write + e.timeout, e.status,
         latency:percentile(50), latency:percentile(99), latency:percentile(99.9), latency.max))
     end
@@ -326,7 +328,8 @@ def main() -> None:
         url = f"sqlite:///{tmp / 'ids.db'}"
         config = tmp / "flakekit.toml"
         config.write_text(f'[backends.main]\nurl = "{url}"\n\n[generators.orders]\n'
-                          'strategy = "snowflake"\nallocator = { type = "sql", backend = "main" }\n')
+                          'strategy = "snowflake"\n'
+                          'allocator = { type = "sql", backend = "main" }\n')
         script = tmp / "stats.lua"
         script.write_text(LUA)
         results = []

@@ -230,8 +230,8 @@ class TestSharedClusterConfig:
                              "--advertise", "http://10.0.0.5:8080", "--json")
         assert code == 0, err
         cluster = json.loads(out)["cluster"]
-        assert (cluster["node"], cluster["advertise"], cluster["shared"]) == ("web-1",
-                                                                              "http://10.0.0.5:8080", False)
+        got = (cluster["node"], cluster["advertise"], cluster["shared"])
+        assert got == ("web-1", "http://10.0.0.5:8080", False)
         code, _, err = run(capsys, "config", "check", str(shared), "--advertise", "10.0.0.5")
         assert code == 2 and err.startswith("error: --advertise:")
 

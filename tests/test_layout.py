@@ -112,7 +112,8 @@ class TestValidation:
     def test_hex_and_string_ids(self):
         """IDs may be given as decimal or hex strings."""
         value = SNOWFLAKE.compose(time=99, worker=5, sequence=6)
-        assert SNOWFLAKE.decompose(hex(value)) == SNOWFLAKE.decompose(str(value)) == SNOWFLAKE.decompose(value)
+        assert (SNOWFLAKE.decompose(hex(value)) == SNOWFLAKE.decompose(str(value))
+                == SNOWFLAKE.decompose(value))
 
     def test_warnings(self):
         """53-bit layouts are JavaScript-safe; a short time field warns of overflow."""

@@ -34,7 +34,8 @@ class TestVectors:
         parts = DISCORD.decompose(175928847299117063)
         assert parts == {"time": 41944705796, "worker": 1, "process": 0, "sequence": 7}
         assert ms(DISCORD.timestamp(175928847299117063)) == 1462015105796
-        assert DISCORD.timestamp(175928847299117063).isoformat() == "2016-04-30T11:18:25.796000+00:00"
+        stamp = DISCORD.timestamp(175928847299117063)
+        assert stamp.isoformat() == "2016-04-30T11:18:25.796000+00:00"
         assert DISCORD.compose(time=41944705796, worker=1, process=0,
                                sequence=7) == 175928847299117063
 

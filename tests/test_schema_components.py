@@ -124,7 +124,8 @@ def config(tmp_path: Path, url: str, workers: bool = True, segments: bool = True
         body += ('\n[generators.orders]\nallocator = { type = "sql", backend = "main", '
                  'service = "orders" }\n')
     if segments:
-        body += '\n[generators.invoice]\nstrategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
+        body += ('\n[generators.invoice]\nstrategy = "segment"\n'
+                 'store = { type = "sql", backend = "main" }\n')
     path = tmp_path / "flakekit.toml"
     path.write_text(body)
     return str(path)

@@ -2,10 +2,10 @@
 
 The burst runs as a discrete-event simulation on a manual clock: every millisecond the
 consumer asks for that millisecond's IDs with ``try_next_id()`` (once a call finds
-nothing, it and the rest of that millisecond's calls would have waited for a refill), and the store's round trip
-completes only once the manual clock has moved past its latency. Every step waits (for
-real) until the fetcher thread is idle or blocked in the store, so the counts are exact:
-counted, not timed.
+nothing, it and the rest of that millisecond's calls would have waited for a refill), and
+the store's round trip completes only once the manual clock has moved past its latency.
+Every step waits (for real) until the fetcher thread is idle or blocked in the store, so the
+counts are exact: counted, not timed.
 """
 
 from __future__ import annotations

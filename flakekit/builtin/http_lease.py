@@ -1,4 +1,5 @@
-"""Built-in ``http`` allocator: a worker id leased from a ``flakekit serve``, no database credentials.
+"""Built-in ``http`` allocator: a worker id leased from a ``flakekit serve``, no database
+credentials.
 
 ``allocator = {type = "http", url = "http://ids:8080", token = "${IDS_TOKEN}"}``
 

@@ -339,7 +339,8 @@ class ClusterNode:
             with self._lock:
                 if remaining <= 0:
                     self._counts["refused_moving"] += 1
-                    raise KeyMovingError(self._moving_message(st), retry_after=self._retry_after(st))
+                    raise KeyMovingError(self._moving_message(st),
+                                         retry_after=self._retry_after(st))
                 poll = st.retry_delay_ns / 1e9 if st.retry_delay_ns else 0.05
                 self._cond.wait(min(remaining, max(poll, 0.005)))
 
@@ -749,7 +750,8 @@ class ClusterNode:
                     self._handoff_ms.append(max(0, done - began) / 1e6)
                     handoff_ns = max(0, done - began)
                     log.info("%s: serving strict key %r (claim epoch %d%s)", self._who,
-                             st.key, claim.epoch, ", after waiting out the old owner" if waited else "")
+                             st.key, claim.epoch,
+                             ", after waiting out the old owner" if waited else "")
                 else:   # the view moved on meanwhile, or the claim is useless: undo it
                     st.state, st.ok_epoch = RELEASING, -1
             else:

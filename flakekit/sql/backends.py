@@ -224,8 +224,8 @@ def _duration(name: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or not (
                 minimum <= value <= _MAX_LIMIT):
             least = f"at least {format_unit(minimum)}" if minimum else "0 (off) or more"
-            raise ValueError(f"{name} must be {least} and at most 24d, got "
-                             f"{format_unit(value) if isinstance(value, int) and value else value!r}")
+            shown = format_unit(value) if isinstance(value, int) and value else repr(value)
+            raise ValueError(f"{name} must be {least} and at most 24d, got {shown}")
     return check
 
 

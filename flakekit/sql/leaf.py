@@ -613,7 +613,8 @@ class SqlSegmentStore:
         t = self._table
         try:
             with self.engine.connect() as conn:
-                return conn.execute(select(t.c.biz_tag).where(t.c.biz_tag == key)).first() is not None
+                row = conn.execute(select(t.c.biz_tag).where(t.c.biz_tag == key)).first()
+                return row is not None
         except SQLAlchemyError as exc:
             raise self._translate(f"looking up key {key!r}", exc) from None
 

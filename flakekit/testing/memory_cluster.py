@@ -30,7 +30,8 @@ from flakekit.errors import BackendError, FenceError, LeaseLostError, UnknownKey
 from flakekit.values.allocation import Allocation
 from flakekit.values.cluster import Member, MemberInfo, View
 
-__all__ = ["MemoryAllocation", "MemoryClusterStore", "MemoryFence", "MemoryMembership", "SegmentEvent"]
+__all__ = ["MemoryAllocation", "MemoryClusterStore", "MemoryFence", "MemoryMembership",
+           "SegmentEvent"]
 
 
 #: one fetch: the :class:`~flakekit.values.allocation.Allocation` every store returns

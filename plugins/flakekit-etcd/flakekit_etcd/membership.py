@@ -610,7 +610,8 @@ class EtcdMembership:
         """Mark a live member as draining (or alive again) in its key's value, by a
         transaction on the key's ``mod_revision`` that keeps its lease; False if no live
         member has that node id."""
-        key = self.member_key(check_key_segment("cluster", cluster), check_key_segment("node", node))
+        key = self.member_key(check_key_segment("cluster", cluster),
+                              check_key_segment("node", node))
         try:
             for _ in range(_RACES):
                 kvs = self._range(key)

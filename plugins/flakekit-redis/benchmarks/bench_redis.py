@@ -1,7 +1,8 @@
 """The Redis paths beside the SQL ones, in one run (docs/redis.md quotes it).
 
     .venv/bin/python plugins/flakekit-redis/benchmarks/bench_redis.py
-    .venv/bin/python plugins/flakekit-redis/benchmarks/bench_redis.py --redis redis://127.0.0.1:6379/0 \\
+    .venv/bin/python plugins/flakekit-redis/benchmarks/bench_redis.py \\
+        --redis redis://127.0.0.1:6379/0 \\
         --pg postgresql+psycopg://postgres@127.0.0.1:5432/test
 
 1. A segment fetch (one thread, back to back): the ``redis`` store and the ``sql`` store on

@@ -286,7 +286,7 @@ class LeaseApi:
         with self._lock:
             self.grants.pop(grant.id, None)
 
-    # -- lapsed grants ------------------------------------------------------------------------------
+    # -- lapsed grants ---------------------------------------------------------------------
     def _reap(self) -> None:
         """Release grants whose registry deadline has passed: their clients stopped before
         it (a shorter deadline), so the id may go back with the client's mark."""

@@ -25,8 +25,8 @@ LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 _BOUNDS_NS = [round(b * 1e9) for b in LATENCY_BUCKETS_S]
 
 
-#: alert kinds flakekit and its plugins raise: their counters start at 0 (a counter missing until its first
-#: event breaks ``rate()`` and ``increase()`` over the first one)
+#: alert kinds flakekit and its plugins raise: their counters start at 0 (a counter missing
+#: until its first event breaks ``rate()`` and ``increase()`` over the first one)
 ALERT_KINDS = ("segment-unavailable", "worker-bad-row", "worker-capacity", "worker-reclaim",
                "workers-exhausted", "zookeeper-leaf-clock", "zookeeper-leaf-mismatch",
                "zookeeper-unreachable")   # docs/operations.md lists them
@@ -415,7 +415,8 @@ def durability_metrics(databases: Mapping[str, Mapping[str, Any]]) -> str:
              "replicated synchronously (label verdict: what a commit survives)",
              "# TYPE flakekit_database_synchronous gauge"]
     for name, d in databases.items():
-        lines.append(f"flakekit_database_synchronous{_labels({'backend': name, 'verdict': d.get('verdict') or 'unknown'})} "
+        labels = _labels({"backend": name, "verdict": d.get("verdict") or "unknown"})
+        lines.append(f"flakekit_database_synchronous{labels} "
                      f"{1 if d.get('synchronous') else 0}")
     lines += ["# HELP flakekit_database_failovers_total database fail-overs detected",
               "# TYPE flakekit_database_failovers_total counter"]

@@ -98,7 +98,8 @@ def make_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror} (--host/--port)") from None
+        raise ServeError(
+            f"cannot listen on {host}:{port}: {exc.strerror} (--host/--port)") from None
     sock.setblocking(False)
     return sock
 

@@ -352,7 +352,8 @@ class TestReadiness:
 
 class TestMultiProcess:
     def test_two_processes_two_leases(self, tmp_path, start_server):
-        """--workers 2: each process leases its own worker id; IDs over many connections are unique."""
+        """--workers 2: each process leases its own worker id; IDs over many connections are
+        unique."""
         url = f"sqlite:///{tmp_path / 'ids.db'}"
         create_keys(url, {"invoice": 1000})
         config = write_config(tmp_path / "c.toml", url)

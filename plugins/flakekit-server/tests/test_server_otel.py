@@ -154,7 +154,8 @@ def test_nothing_is_imported_without_opentelemetry(tmp_path):
         kit.close()
         loaded = sorted(m for m, mod in sys.modules.items() if mod is not None
                         and m.startswith(("opentelemetry", "flakekit_server.otel")))
-        print(json.dumps({{"renewed": ok, "loaded": loaded, "plugin": "flakekit_server" in sys.modules}}))
+        print(json.dumps({{"renewed": ok, "loaded": loaded,
+                          "plugin": "flakekit_server" in sys.modules}}))
     """)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120)

@@ -124,7 +124,8 @@ class ZooKeeperSettings:
             raise FieldError(
                 "safety_window",
                 "'safety_window' must be less than half the session timeout "
-                f"({self.session_timeout / 2e9:g} s); raise the session timeout or lower the window",
+                f"({self.session_timeout / 2e9:g} s); raise the session timeout or lower the "
+                "window",
             )
         if self.name is not None and ("/" in self.name or not self.name):
             raise FieldError("name",
