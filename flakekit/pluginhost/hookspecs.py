@@ -13,15 +13,7 @@ if TYPE_CHECKING:
     import click
 
     from flakekit.leases.lease import WorkerLease
-    from flakekit.pluginhost.registry import (
-        AllocatorFactory,
-        ClockFactory,
-        LayoutFactory,
-        MembershipFactory,
-        Register,
-        SegmentStoreFactory,
-        StrategyFactory,
-    )
+    from flakekit.pluginhost import registry as reg  # Register[F] and the factory types
 
 __all__ = ["hookspec"]
 
@@ -29,7 +21,7 @@ from flakekit.pluginhost.markers import hookspec
 
 
 @hookspec
-def flakekit_register_layouts(register: Register[LayoutFactory]) -> None:
+def flakekit_register_layouts(register: reg.Register[reg.LayoutFactory]) -> None:
     """Contribute bit layouts.
 
     Called once when plugins load. ``register(name, factory, description="")`` where
@@ -41,7 +33,7 @@ def flakekit_register_layouts(register: Register[LayoutFactory]) -> None:
 
 
 @hookspec
-def flakekit_register_clocks(register: Register[ClockFactory]) -> None:
+def flakekit_register_clocks(register: reg.Register[reg.ClockFactory]) -> None:
     """Contribute clocks.
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -53,7 +45,7 @@ def flakekit_register_clocks(register: Register[ClockFactory]) -> None:
 
 
 @hookspec
-def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
+def flakekit_register_allocators(register: reg.Register[reg.AllocatorFactory]) -> None:
     """Contribute worker-id allocators.
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -66,7 +58,7 @@ def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
 
 
 @hookspec
-def flakekit_register_segment_stores(register: Register[SegmentStoreFactory]) -> None:
+def flakekit_register_segment_stores(register: reg.Register[reg.SegmentStoreFactory]) -> None:
     """Contribute segment stores (Leaf-style ranges per key).
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -77,7 +69,7 @@ def flakekit_register_segment_stores(register: Register[SegmentStoreFactory]) ->
 
 
 @hookspec
-def flakekit_register_strategies(register: Register[StrategyFactory]) -> None:
+def flakekit_register_strategies(register: reg.Register[reg.StrategyFactory]) -> None:
     """Contribute generator strategies (``strategy = NAME`` in ``[generators.NAME]``).
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -91,7 +83,7 @@ def flakekit_register_strategies(register: Register[StrategyFactory]) -> None:
 
 
 @hookspec
-def flakekit_register_memberships(register: Register[MembershipFactory]) -> None:
+def flakekit_register_memberships(register: reg.Register[reg.MembershipFactory]) -> None:
     """Contribute cluster membership stores (``[cluster] membership = {type = NAME, ...}``).
 
     Called once when plugins load. ``register(name, factory, settings=cls,
