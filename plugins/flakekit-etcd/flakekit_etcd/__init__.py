@@ -34,6 +34,7 @@ from flakekit.plugin import (
     FieldError,
     MembershipFactory,
     Register,
+    WorkerAllocator,
     duration_field,
 )
 
@@ -122,7 +123,7 @@ class EtcdSettings:
                              "both username and password")
 
 
-def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> Any:
+def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> WorkerAllocator:
     """Factory registered as ``etcd``: an :class:`~flakekit_etcd.lease.EtcdLeaseAllocator`."""
     from flakekit_etcd.endpoints import parse_endpoints
     from flakekit_etcd.lease import build_lease_allocator

@@ -36,6 +36,7 @@ from flakekit.plugin import (
     FieldError,
     MembershipFactory,
     Register,
+    WorkerAllocator,
     duration_field,
 )
 
@@ -170,7 +171,8 @@ def default_cache_dir() -> Path:
     return Path(base) / "flakekit" / "zookeeper"
 
 
-def build_zookeeper_allocator(settings: ZooKeeperSettings | None, ctx: BuildContext) -> Any:
+def build_zookeeper_allocator(settings: ZooKeeperSettings | None,
+                              ctx: BuildContext) -> WorkerAllocator:
     """Factory registered as ``zookeeper``: a LeafAllocator or a LeaseAllocator."""
     s = settings or ZooKeeperSettings()
     hosts = s.hosts or os.environ.get("ZK_HOSTS") or DEFAULT_HOSTS
