@@ -52,7 +52,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 from sqlalchemy import (
@@ -81,9 +81,6 @@ from sqlalchemy.exc import DBAPIError
 
 from flakekit.errors import SchemaError
 from flakekit.sql.backends import redact_url
-
-if TYPE_CHECKING:
-    from flakekit.assembly.config import Config
 
 __all__ = [
     "CLUSTER",
@@ -387,14 +384,19 @@ def _add_member_columns(conn: Connection) -> None:
                           f"{col.type.compile(dialect=conn.dialect)} NOT NULL DEFAULT {default}"))
 
 
-def _cluster_backends(config: Config) -> Iterable[str]:
-    """The backend of a config's ``[cluster] membership = {type = "sql", ...}``
-    (``"default"`` when not given). The key-owner table of strict generators is asked for
-    by their segment stores."""
-    if config.cluster is None or config.cluster.membership.type != "sql":
-        return
-    backend = config.cluster.membership.settings.get("backend", "default")
-    if isinstance(backend, str) and backend:
+def _cluster_backends(config: Any) -> Iterable[str]:
+    """The backend of a config's ``[cluster] membership = {type = "sql", ...}`` (read
+    duck-typed: the config's cluster section is optional; the membership is a plugin
+    reference whose ``settings`` hold the backend, ``"default"`` when not given). The
+    key-owner table of strict generators is asked for by their segment stores."""
+    cluster = getattr(config, "cluster", None)
+    membership = getattr(cluster, "membership", None)
+    if isinstance(membership, Mapping):
+        kind, settings = membership.get("type"), membership
+    else:
+        kind, settings = getattr(membership, "type", None), getattr(membership, "settings", {})
+    backend = settings.get("backend", "default") if isinstance(settings, Mapping) else None
+    if kind == "sql" and isinstance(backend, str) and backend:
         yield backend
 
 

@@ -34,12 +34,11 @@ from flakekit.plugin import (
     FieldError,
     MembershipFactory,
     Register,
-    WorkerAllocator,
     duration_field,
 )
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
-    from flakekit.plugin import BuildContext
+    from flakekit.plugin import BuildContext, WorkerAllocator
     from flakekit_etcd.membership import EtcdMembership
 
 __all__ = ["EtcdMembershipSettings", "EtcdSettings", "build_etcd_allocator",

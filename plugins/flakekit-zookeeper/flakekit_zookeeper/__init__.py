@@ -36,12 +36,11 @@ from flakekit.plugin import (
     FieldError,
     MembershipFactory,
     Register,
-    WorkerAllocator,
     duration_field,
 )
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
-    from flakekit.plugin import BuildContext
+    from flakekit.plugin import BuildContext, WorkerAllocator
     from flakekit_zookeeper.membership import ZkMembership
 
 __all__ = [
