@@ -9,6 +9,10 @@ database server, no ZooKeeper or etcd and no child process (README, "Tests").
   with ``request.getfixturevalue``);
 - uses, in its body or in a helper it calls by name, ``subprocess`` or a helper that opens a
   database (:data:`SERVICE_CALLS`): the CLI as a child process, a drill node.
+
+``slow_parallel`` is set here on the ``slow`` drills of :data:`SLOW_PARALLEL`: they hold no
+timing margin a busy CPU could eat (wheel builds, processes racing for ids with no deadline
+in play), so scripts/test.sh runs them two at a time before the rest run one at a time.
 """
 
 from __future__ import annotations
@@ -32,6 +36,26 @@ SERVICE_MARKERS = ("postgresql", "mariadb", "zookeeper")
 SERVICE_CALLS = frozenset({
     "subprocess", "multiprocessing", "fresh_database", "fresh_server_database", "fresh_pg",
 })
+
+
+#: node id prefixes of slow drills that may run beside one another (``slow_parallel``): no
+#: lease, pause or timeout whose margin a second busy process could eat
+SLOW_PARALLEL = (
+    "tests/test_packaging.py",                    # wheel and sdist builds
+    "tests/test_deploy.py",                       # the Dockerfile's commands, a healthcheck
+    "tests/test_plugins.py",                      # example plugins installed into a venv
+    "tests/test_default_registry.py",
+    "tests/test_strategies.py",
+    "tests/test_segment_fetch_pool.py",           # counts threads
+    "tests/test_sql_drills.py::TestManyProcesses",  # processes racing for ids, no deadline
+    "plugins/flakekit-etcd/tests/test_etcd_drills.py::test_many_processes_get_distinct_ids",
+    "plugins/flakekit-zookeeper/tests/test_zk_leaf_clock.py",   # refusals at start
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow_parallel: a slow drill that may run beside "
+                            "another (conftest.py SLOW_PARALLEL; scripts/test.sh)")
 
 
 def _reaches(func: object, depth: int = 3) -> bool:
@@ -65,3 +89,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 or any(item.get_closest_marker(m) for m in SERVICE_MARKERS)
                 or _reaches(getattr(item, "function", None))):
             item.add_marker(pytest.mark.services)
+        if item.nodeid.startswith(SLOW_PARALLEL) and item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow_parallel)

@@ -14,7 +14,8 @@ until the other node answers::
 ZooKeeper's crash needs a real process kill (its client keeps the session alive by
 itself): ``crash zk`` starts two real ``flakekit serve`` nodes (bench_cluster.py's
 launcher) on ZooKeeper membership, the second 1.7 s after the first, ``kill -9``s the
-key's owner at a random moment of its session and times until the other node answers::
+key's owner right after one of its renewals (its member znode's version moved: the
+worst moment, its deadline as late as it gets) and times until the other node answers::
 
     .venv/bin/python benchmarks/bench_handoff_windows.py crash zk 5
 """
@@ -124,14 +125,19 @@ def process_crash(store: str) -> float:
     )
 
     assert store == "zk", "only ZooKeeper needs real processes here"
+    from kazoo.client import KazooClient
+
     tmp = Path(tempfile.mkdtemp(prefix="fk-bench-handoff-"))
     nodes: list[Node] = []
+    root = f"/fk-bench-{uuid.uuid4().hex[:8]}"
+    zk = KazooClient(hosts=os.environ["ZK_HOSTS"])
+    zk.start(timeout=10)
     try:
         with fresh_server_database("postgresql") as url:
             config = tmp / "cluster.toml"
             write_config(config, url, membership=(
                 f'{{ type = "zookeeper", hosts = "{os.environ["ZK_HOSTS"]}", '
-                f'root = "/fk-bench-{uuid.uuid4().hex[:8]}" }}'))
+                f'root = "{root}" }}'))
             for args in (("db", "init"), *(("segments", "create", key, "--step", "1000")
                                            for key in (STRICT_KEY, NODE_KEY))):
                 done = cli(*args, "--config", str(config))
@@ -145,6 +151,10 @@ def process_crash(store: str) -> float:
             owner, other = sorted(nodes, key=lambda n: n.name != view["owners"][STRICT_KEY])
             wait_serving(owner)
             assert owner.proc is not None
+            znode = f"{root}/clusters/bench/members/{owner.name}"
+            seen = zk.get(znode)[1].version
+            while zk.get(znode)[1].version == seen:   # a renewal lands (every lease/3)
+                time.sleep(0.002)
             owner.stop(signal.SIGKILL)
             started = time.monotonic()
             while http_get(other.port, f"/api/v1/next/{STRICT_GEN}?count=1")[0] != 200:
@@ -153,6 +163,8 @@ def process_crash(store: str) -> float:
     finally:
         for node in nodes:
             node.stop(signal.SIGKILL)
+        zk.stop()
+        zk.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

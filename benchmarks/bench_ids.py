@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/bench_ids.py            # best of 5 x ~1 s per generator
     .venv/bin/python benchmarks/bench_ids.py --quick    # best of 3 x ~0.3 s
     .venv/bin/python benchmarks/bench_ids.py --json     # machine-readable
+    .venv/bin/python benchmarks/bench_ids.py --compare-ref main   # this tree's snowflake
+        # generator against the one at a git ref: 30 rounds of ~0.2 s windows, alternating
 
 Every generator is timed the same way: a list comprehension over ``itertools.repeat``
 calling its "next ID" function, in chunks sized so one chunk takes about 0.1 s, until the
@@ -19,13 +21,21 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
+import importlib.util
+import io
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from itertools import repeat
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -40,6 +50,7 @@ class Result:
     rates: list[float]
     note: str = ""
     checked: str = ""
+    cpu_rates: list[float] = attrs.Factory(list)   # IDs per second of this process's CPU
 
     @property
     def best(self) -> float:
@@ -88,13 +99,16 @@ def run(
     note: str = "",
 ) -> Result:
     """Time ``call()`` (or ``call(arg)``) ``repeats`` times for about ``seconds`` each."""
+    cpu = [0.0]   # the CPU time of the last chunk
+
     def chunk_of(size: int) -> tuple[float, list[Any]]:
         if arg is None:
-            start = time.perf_counter()
+            start, cpu0 = time.perf_counter(), time.process_time()
             out = [call() for _ in repeat(None, size)]
         else:
-            start = time.perf_counter()
+            start, cpu0 = time.perf_counter(), time.process_time()
             out = [call(arg) for _ in repeat(None, size)]
+        cpu[0] = time.process_time() - cpu0
         return time.perf_counter() - start, out
 
     size = 1
@@ -106,17 +120,19 @@ def run(
             break
         size *= 2
     size = max(1, int(size * CHUNK_SECONDS / max(elapsed, 1e-9)))
-    rates = []
+    rates, cpu_rates = [], []
     for _ in range(repeats):
-        made, spent = 0, 0.0
+        made, spent, spent_cpu = 0, 0.0, 0.0
         while spent < seconds:
             elapsed, out = chunk_of(size)
             spent += elapsed
+            spent_cpu += cpu[0]
             made += len(out) * per_call
             if check is not None:
                 check(out)
         rates.append(made / spent)
-    return Result(name, cap, rates, note)
+        cpu_rates.append(made / max(spent_cpu, 1e-9))
+    return Result(name, cap, rates, note, cpu_rates=cpu_rates)
 
 
 def bench(repeats: int, seconds: float) -> list[Result]:
@@ -241,6 +257,99 @@ def bench(repeats: int, seconds: float) -> list[Result]:
     return results
 
 
+def load_ref_generators(ref: str, name: str = "_flakekit_ref_generators") -> Any:
+    """``flakekit.generators.snowflake`` as it is at git ``ref``: the ref's
+    ``flakekit/generators`` package, unpacked to a temporary folder and imported as
+    ``name`` beside this tree's (the rest of flakekit is this tree's)."""
+    root = Path(__file__).resolve().parents[1]
+    tar = subprocess.run(["git", "-C", str(root), "archive", ref, "flakekit/generators"],
+                         check=True, capture_output=True).stdout
+    folder = Path(tempfile.mkdtemp(prefix="flakekit-ref-"))
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        archive.extractall(folder, filter="data")
+    package = folder / "flakekit" / "generators"
+    spec = importlib.util.spec_from_file_location(
+        name, package / "__init__.py", submodule_search_locations=[str(package)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return importlib.import_module(f"{name}.snowflake")
+
+
+#: the sides of a comparison: the ref, the ref again (its own copy: the noise floor of
+#: this run), this tree
+SIDES = ("ref", "ref again", "this")
+
+
+def compare(ref: str, repeats: int, seconds: float) -> list[tuple[str, dict[str, Result]]]:
+    """This tree's snowflake generator against the one at ``ref``, in one process: each
+    case runs ``repeats`` rounds of one ~``seconds`` window per side, the sides taking
+    turns (in a rotating order) so the load of a shared machine falls on all alike. A
+    second copy of the ref runs as a control: ref again / ref shows the noise."""
+    from flakekit.builtin.layouts import SNOWFLAKE
+    from flakekit.builtin.static import StaticAllocator, StaticSettings
+    from flakekit.generators import snowflake as this
+    from flakekit.values.clock import MonotonicClock
+
+    modules = {"ref": load_ref_generators(ref),
+               "ref again": load_ref_generators(ref, "_flakekit_ref_generators_again"),
+               "this": this}
+    cap = SNOWFLAKE.capacity().ids_per_second_per_worker
+    cases: list[tuple[str, str, int | None, Callable[[Check], Callable[[list[Any]], None]]]] = [
+        ("next_id()", "next_id", None, lambda c: c.ids),
+        ("next_ids(1000)", "next_ids", 1000, lambda c: c.batches),
+        ("next_ids(1_000_000)", "next_ids", 1_000_000, lambda c: c.batches),
+    ]
+    out = []
+    for label, method, arg, checker in cases:
+        gens = {side: module.SnowflakeGenerator(
+            SNOWFLAKE, MonotonicClock(), StaticAllocator(StaticSettings(worker_id=1)),
+            name="bench").start() for side, module in modules.items()}
+        checks = {side: Check() for side in SIDES}
+        results = {side: Result(f"{side} {label}", cap, []) for side in SIDES}
+        for k in range(repeats):
+            for side in SIDES[k % 3:] + SIDES[:k % 3]:
+                res = run(label, getattr(gens[side], method), arg=arg, per_call=arg or 1,
+                          cap=cap, repeats=1, seconds=seconds, check=checker(checks[side]))
+                results[side].rates += res.rates
+                results[side].cpu_rates += res.cpu_rates
+        for side in SIDES:
+            results[side].checked = checks[side].summary()
+            gens[side].close()
+        out.append((label, results))
+    return out
+
+
+def paired(new: list[float], old: list[float]) -> str:
+    """The median of the rounds' own ratios: a round's windows ran back to back, so a
+    load change between rounds cancels out."""
+    return f"{statistics.median(n / o for o, n in zip(old, new)):.3f}"
+
+
+def compare_table(ref: str, rows: list[tuple[str, dict[str, Result]]]) -> str:
+    """Medians per side (wall clock), and paired medians of this/ref and of the control
+    ref again/ref, by wall clock and by this process's CPU time (which a busy machine
+    disturbs far less)."""
+    header = ("snowflake, monotonic, static", f"{ref} median", "this median",
+              "this/ref wall", "this/ref CPU", "control wall", "control CPU")
+    body = [(label, fmt_rate(r["ref"].median), fmt_rate(r["this"].median),
+             paired(r["this"].rates, r["ref"].rates),
+             paired(r["this"].cpu_rates, r["ref"].cpu_rates),
+             paired(r["ref again"].rates, r["ref"].rates),
+             paired(r["ref again"].cpu_rates, r["ref"].cpu_rates)) for label, r in rows]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                for i, (c, w) in enumerate(zip(row, widths))) + " |"
+              for row in body]
+    notes = [f"* {res.name}: {res.checked}" for _, r in rows for res in r.values()]
+    notes.append("* control: a second copy of the ref against the ref (the noise of this "
+                 "run); this/ref and control are medians of per-round ratios")
+    return "\n".join(lines + [""] + notes)
+
+
 def skipped(peer: str) -> None:
     """A missing peer is left out of the table with a note (``pip install -e '.[benchmarks]'``)."""
     print(f"{peer} not installed (pip install -e '.[benchmarks]'); skipped", file=sys.stderr)
@@ -295,7 +404,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--compare-ref", metavar="REF", default=None,
+                        help="time this tree's snowflake generator against the one at git "
+                             "REF (e.g. main), alternating; no peers")
     args = parser.parse_args(argv)
+    if args.compare_ref:   # many short alternating windows: load noise cancels in pairs
+        repeats = args.repeats or (10 if args.quick else 30)
+        seconds = args.seconds or 0.2
+        rows = compare(args.compare_ref, repeats, seconds)
+        load = os.getloadavg()
+        print(f"CPython {sys.version.split()[0]} on {platform.machine()}, {repeats} repeats "
+              f"x ~{seconds:g} s per side, alternating; load average "
+              f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
+        print(compare_table(args.compare_ref, rows))
+        return 1 if any(res.checked.startswith("FAILED")
+                        for _, r in rows for res in r.values()) else 0
     repeats = args.repeats or (3 if args.quick else 5)
     seconds = args.seconds or (0.3 if args.quick else 1.0)
     results = bench(repeats, seconds)

@@ -25,7 +25,9 @@ ensure_mariadb() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mariadb-server >/dev/null
   fi
   install -d -o mysql -g root /run/mysqld 2>/dev/null || true
-  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+  # matched by its pid file: a private mariadbd a drill runs (flakekit.testing.replicas) is not this one
+  start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid \
+    --exec /usr/sbin/mariadbd -- --user=mysql
   for _ in $(seq 100); do listening 3306 && break; sleep 0.1; done
   listening 3306 || { echo "services: MariaDB is not listening on 127.0.0.1:3306" >&2; return 1; }
   mariadb -uroot -e "CREATE DATABASE IF NOT EXISTS test" 2>/dev/null || true

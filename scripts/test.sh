@@ -91,9 +91,11 @@ fi
 
 # -- the suite, per interpreter ----------------------------------------------------------
 # The tests that are not `slow` run in TEST_WORKERS processes (pytest-xdist, default 3: they
-# mostly wait on sockets, databases and leases); the `slow` drills (real processes, kill -9,
-# SIGSTOP past a lease, timeouts) then run alone, one at a time, as ever. TEST_WORKERS=0, or
-# an -m or -n among the arguments, makes it one plain pytest run.
+# mostly wait on sockets, databases and leases); then the `slow` drills marked
+# `slow_parallel` (no timing margin at stake: wheel builds, processes racing for ids) two
+# at a time, and the other `slow` drills (real processes, kill -9, SIGSTOP past a lease,
+# timeouts) alone, one at a time, as ever. Each run prints its 15 slowest tests.
+# TEST_WORKERS=0, or an -m or -n among the arguments, makes it one plain pytest run.
 workers=${TEST_WORKERS:-3}
 for arg in "$@"; do
   case $arg in -m | -m* | -n | -n* | --numprocesses*) workers=0 ;; esac
@@ -120,7 +122,12 @@ for i in "${!venvs[@]}"; do
     pytest_run "$venv" "Python $version ($venv, not slow, $workers processes)" \
       -m "not slow" -n "$workers" "$@"
     if [ -z "$mark" ]; then
-      pytest_run "$venv" "Python $version ($venv, slow, one at a time)" -m slow "$@"
+      # the slow drills that hold no timing margin (conftest.py SLOW_PARALLEL) two at a
+      # time, a module per process; then every other one alone
+      pytest_run "$venv" "Python $version ($venv, slow, 2 processes: slow_parallel)" \
+        -m "slow and slow_parallel" -n 2 --dist loadfile "$@"
+      pytest_run "$venv" "Python $version ($venv, slow, one at a time)" \
+        -m "slow and not slow_parallel" "$@"
     fi
   elif [ -n "$mark" ]; then
     pytest_run "$venv" "Python $version ($venv, -m \"$mark\")" -m "$mark" "$@"

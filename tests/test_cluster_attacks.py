@@ -114,6 +114,28 @@ def test_members_report_a_renewal_counter(pool):
     assert after.fingerprint == (lease.holder, lease.epoch, 1)
 
 
+def test_a_holder_serves_at_most_its_share_of_the_lease_after_a_renewal(pool):
+    """What a claimer counts on (issue 24): a holder's deadline is at most
+    ``serve_share`` of its lease after the send of the renewal that wrote the counter
+    the claimer read, whatever safety window it was configured with; a claimer that
+    first read that counter after its COMMIT waits that share plus a margin, which is
+    past the holder's deadline and less than the lease."""
+    engine = pool()
+    clock = ManualClock()
+    membership = SqlMembership(engine, clock, create_schema=True, safety_window_ns=1)
+    assert membership.serve_share == 0.8
+    sent = clock.monotonic_ns()
+    lease = _join(membership, "a")
+    assert lease.deadline_ns - sent == 8 * NS   # the 1 ns window is raised to a fifth
+    clock.advance(3.0)
+    sent = clock.monotonic_ns()
+    renewed = membership.renew(lease, 0)
+    first_read = clock.monotonic_ns()   # a claimer's read after the COMMIT: not earlier
+    wait = lapse_wait_ns(10.0, membership.serve_share)
+    assert renewed.deadline_ns < first_read + wait < first_read + 10 * NS
+    assert wait == round(8.8 * NS) and lapse_wait_ns(10.0) == 11 * NS
+
+
 def _node(name: str, engine: Engine, fence: SqlSegmentStore, lease: float = 10.0) -> ClusterNode:
     node = ClusterNode(ClusterSettings("c", name, f"http://{name}:1", lease=lease,
                                        handoff_wait=0),

@@ -117,6 +117,8 @@ def test_db_check_prints_one_line_per_backend(sync_pg, tmp_path, capsys):
     assert [line.split(" ")[0] for line in lines] == [
         "backends.sync", "backends.single", "backends.lite"]
     assert ": synchronous: " in lines[0]
+    assert "now the commit is waiting for the synchronous standby (synchronous_standby_names" \
+        " = 'nobody'): no standby confirms" in lines[0]     # what a stuck fetch says too
     assert "synchronous_standby_names" in lines[1] and "refused" in lines[1]
     code, out, err = run_cli(capsys, "db", "check", "-c", str(config), "--json")
     assert [e["verdict"] for e in json.loads(out)] == [

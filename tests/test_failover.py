@@ -72,8 +72,62 @@ def test_a_fetch_on_a_promoted_replica_skips_past_the_lost_ranges(engine):
     again = fresh.fetch("orders")                       # detected once, not again
     assert again.start == got.max_id
     with engine.connect() as conn:
-        writer = conn.execute(text("SELECT writer FROM flakekit_primary")).scalar_one()
+        writer = conn.execute(text("SELECT writer FROM flakekit_primary WHERE scope = "
+                                   "'segments:leaf_alloc:orders'")).scalar_one()
         assert writer == failover.primary_identity(conn)
+
+
+def test_a_key_first_fetched_within_the_lag_skips_ahead_too(engine):
+    """A key whose marker row the replica never received (its first fetch ever was on
+    the old primary within the replication lag): the table's marker shows the fail-over,
+    so the key's first fetch here skips ahead all the same."""
+    recorder = EventRecorder()
+    old = SqlSegmentStore(engine, events=recorder.events)
+    old.create("warm", step=100)
+    old.fetch("warm")                                   # the table's marker exists
+    with engine.begin() as conn:  # a key made by hand (no marker), as before issue 19
+        conn.execute(leaf_alloc_table().insert().values(biz_tag="late", max_id=1, step=100))
+    issued = [old.fetch("late") for _ in range(3)]      # first fetched within the lag
+    with engine.begin() as conn:  # the replica has neither these ranges nor the marker
+        t = leaf_alloc_table()
+        conn.execute(update(t).where(t.c.biz_tag == "late").values(max_id=1))
+        conn.execute(delete(failover.primary_marker).where(
+            failover.primary_marker.c.scope == "segments:leaf_alloc:late"))
+    promote(engine, "segments:leaf_alloc")
+    promote(engine, "segments:leaf_alloc:warm")
+
+    other = create_engine(engine.url)                   # a process started after
+    fresh = SqlSegmentStore(other, events=recorder.events)
+    got = fresh.fetch("late")
+    assert all(got.start >= a.max_id for a in issued)   # no ID issued twice
+    assert got.start >= 1 + fresh.failover_skip
+    assert recorder.alerts() == ["database-failover"]
+    assert fresh.fetch("warm").start >= 101 + fresh.failover_skip   # its own marker
+    assert fresh.fetch("late").start == got.max_id      # detected once
+    made = fresh.create("new", step=10)                 # made after: no skip
+    assert fresh.fetch("new").start == made.max_id
+    other.dispose()
+
+
+def test_a_service_first_used_within_the_lag_is_quarantined_too(engine):
+    """The registry's marker is one per database: a service whose first grant ever the
+    replica never received is covered by it."""
+    init_schema(engine, WORKERS_COMPONENT)
+    _allocator(engine).acquire(LeaseRequest("orders", 3, "10.0.0.1"))  # long before
+    late = SqlWorkerAllocator(engine=engine, service="late", clock=MonotonicClock(),
+                              host="10.0.0.1", port=5, heartbeat_ns=200_000_000,
+                              tiers_ns=(1_500_000_000,), safety_window_ns=500_000_000)
+    late.acquire(LeaseRequest("late", 3, "10.0.0.1"))   # within the lag
+    with engine.begin() as conn:  # the replica never received the service's rows
+        conn.execute(delete(system_nodes).where(system_nodes.c.service == "late"))
+    promote(engine, failover.WORKERS_SCOPE)
+    newcomer = SqlWorkerAllocator(engine=create_engine(engine.url), service="late",
+                                  clock=MonotonicClock(), host="10.0.0.1", port=6,
+                                  heartbeat_ns=200_000_000, tiers_ns=(1_500_000_000,),
+                                  safety_window_ns=500_000_000)
+    with pytest.raises(BackendError, match="no worker id is granted until .*fail-over"):
+        newcomer.acquire(LeaseRequest("late", 3, "10.0.0.1"))
+    newcomer.engine.dispose()
 
 
 def test_a_process_holding_old_ranges_raises_max_id_to_its_high_water(engine, caplog):
@@ -102,7 +156,7 @@ def test_worker_grants_wait_out_the_quarantine_and_the_holder_reasserts(engine):
     lease = holder.acquire(LeaseRequest("orders", 3, "10.0.0.1"))
     with engine.begin() as conn:  # the replica never received the holder's row
         conn.execute(delete(system_nodes))
-    promote(engine, "workers:orders")
+    promote(engine, failover.WORKERS_SCOPE)
 
     newcomer = _allocator(engine, recorder.events, port=2)
     with pytest.raises(BackendError, match="no worker id is granted until .*fail-over"):

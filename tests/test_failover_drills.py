@@ -6,9 +6,10 @@ duplicates it is about (the "before" of docs/replicated-databases.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -119,6 +120,7 @@ def test_segments_async_cut_kill_promote(replicas, protected):
     _replicated(replicas, "SELECT max_id FROM leaf_alloc", ranges[-1][1])
     replicas.cut_replication()
     ranges += [(a.start, a.max_id) for a in (old.fetch("orders") for _ in range(20))]
+    killed = time.monotonic()
     replicas.fail_over()
 
     engine_b = create_engine(replicas.url, pool_pre_ping=True)
@@ -126,9 +128,11 @@ def test_segments_async_cut_kill_promote(replicas, protected):
     if not protected:  # nor the high-water floor: flakekit before issue 19
         old._high = _Forgetful()
         fresh._high = _Forgetful()
+    served = 0.0
     for store in (fresh, old, fresh, old):
         got = _retrying(lambda s=store: s.fetch("orders"))
         ranges.append((got.start, got.max_id))
+        served = served or time.monotonic()
     first = _duplicates(ranges)
 
     # a second fail-over in a row: a new standby of the promoted one, cut, lost, promoted
@@ -142,7 +146,8 @@ def test_segments_async_cut_kill_promote(replicas, protected):
         ranges.append((got.start, got.max_id))
     twice = _duplicates(ranges)
     print(f"protected={protected}: {first} IDs issued twice after the first fail-over, "
-          f"{twice} of {sum(e - s for s, e in ranges)} after the second")
+          f"{twice} of {sum(e - s for s, e in ranges)} after the second; the first range "
+          f"{served - killed:.1f} s after kill -9 (promotion included)")
     engine_a.dispose()
     engine_b.dispose()
     if protected:
@@ -173,6 +178,7 @@ def test_workers_async_cut_kill_promote(replicas, protected):
     recorder = EventRecorder()
     holder = _allocator(replicas.url, 2, recorder.events)
     lease = holder.acquire(request)  # the standby never receives this row
+    killed = time.monotonic()
     replicas.fail_over()
 
     newcomer = _allocator(replicas.url, 3, recorder.events)
@@ -195,7 +201,8 @@ def test_workers_async_cut_kill_promote(replicas, protected):
     # two holders: the newcomer got the id while the holder's lease was still valid
     shared = ([granted.worker_id] if granted.worker_id == lease.worker_id
               and lease.deadline_ns > clock.monotonic_ns() else [])
-    print(f"protected={protected}: worker ids held twice: {shared}")
+    print(f"protected={protected}: worker ids held twice: {shared}; a new id granted "
+          f"{time.monotonic() - killed:.1f} s after kill -9 (reclaim age 2 s)")
     for allocator in (first, holder, newcomer):
         allocator.engine.dispose()
     if protected:
@@ -322,3 +329,246 @@ def test_planned_switch_over(replicas, protected):
     if protected:
         assert skipped == old.failover_skip       # detected: a timeline change
         assert recorder.alerts().count("database-failover") == 2  # store and registry
+
+
+class _Drawers:
+    """``n`` processes (a store, an engine and a generator each, with the backend's
+    default time limits) whose threads draw IDs until stopped; every ID and every
+    caller error kept, with when it came."""
+
+    def __init__(self, url: str, n: int = 3, replication: str = "any",
+                 recorder: EventRecorder | None = None) -> None:
+        from flakekit.generators.segment import SegmentGenerator
+        from flakekit.sql.backends import BackendPool, BackendSettings
+        from flakekit.sql.durability import watch_for
+
+        self.pools = [BackendPool({"db": BackendSettings(url, replication=replication)})
+                      for _ in range(n)]
+        self.recorder = recorder or EventRecorder()
+        self.stores = []
+        for pool in self.pools:
+            engine = pool.engine("db")
+            watch_for(engine, "db").listen(self.recorder.events)
+            self.stores.append(SqlSegmentStore(engine, events=self.recorder.events))
+        self.gens = [SegmentGenerator(s, "orders") for s in self.stores]
+        self.ids: list[list[int]] = [[] for _ in self.gens]
+        self.errors: list[tuple[float, str]] = []
+        self._stop = False
+        self._threads: list[Any] = []
+
+    def start(self) -> _Drawers:
+        import threading
+
+        for gen in self.gens:
+            gen.start()
+        for i, gen in enumerate(self.gens):
+            thread = threading.Thread(target=self._draw, args=(gen, self.ids[i]), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def _draw(self, gen: Any, out: list[int]) -> None:
+        from flakekit.errors import FlakekitError
+
+        while not self._stop:
+            try:
+                out.append(gen.next_id())
+            except FlakekitError as exc:
+                self.errors.append((time.monotonic(), str(exc)))
+                time.sleep(0.05)
+            if len(out) % 50 == 0:
+                time.sleep(0.001)  # a caller's pace, not a spin
+
+    def stop(self) -> None:
+        self._stop = True
+        for thread in self._threads:
+            thread.join(60)
+        for gen in self.gens:
+            gen.close()
+        for pool in self.pools:
+            pool.dispose()
+
+    def duplicates(self) -> int:
+        every = [i for ids in self.ids for i in ids]
+        return len(every) - len(set(every))
+
+    def count(self) -> int:
+        return sum(len(ids) for ids in self.ids)
+
+    def outage(self) -> float:
+        """Seconds from the first caller error to the last (0: none)."""
+        return self.errors[-1][0] - self.errors[0][0] if self.errors else 0.0
+
+
+def _served_again(drawers: _Drawers, seconds: float = 120) -> None:
+    """Wait until every process issues IDs again."""
+    counts = [len(ids) for ids in drawers.ids]
+    deadline = time.monotonic() + seconds
+    while any(len(ids) <= c for ids, c in zip(drawers.ids, counts, strict=True)):
+        assert time.monotonic() < deadline, "the processes never served again"
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _sync_drawers() -> Iterator[tuple[PgReplicaSet, _Drawers]]:
+    """A PostgreSQL primary whose commits wait for its streaming standby
+    (``synchronous_standby_names``), key ``orders`` and three processes drawing from it."""
+    if pg_binaries_missing():
+        pytest.skip(pg_binaries_missing())
+    rs = PgReplicaSet(("synchronous_standby_names=walreceiver",)).start()
+    try:
+        setup = create_engine(rs.url)
+        SqlSegmentStore(setup).create("orders", step=1000)
+        setup.dispose()
+        drawers = _Drawers(rs.url).start()
+        _served_again(drawers)
+        yield rs, drawers
+    finally:
+        rs.stop()
+
+
+def _fetched_again(drawers: _Drawers, fetches: int = 2, seconds: float = 120) -> None:
+    """Wait until every process fetched ``fetches`` more segments and served from them."""
+    counts = [gen._stats.fetches for gen in drawers.gens]
+    deadline = time.monotonic() + seconds
+    while any(gen._stats.fetches < c + fetches
+              for gen, c in zip(drawers.gens, counts, strict=True)):
+        assert time.monotonic() < deadline, "the processes never fetched again"
+        time.sleep(0.1)
+    _served_again(drawers, seconds)
+
+
+@pytest.mark.postgresql
+def test_sync_cut_longer_than_the_reply_limit(protected):
+    """PostgreSQL synchronous replication, the standby cut off for longer than the reply
+    limit (statement_timeout 30 s + 5 s, the defaults): callers fail while it is away,
+    with messages that name the standby; then kill -9 and promotion of the standby (it
+    has every acknowledged commit): no ID issued twice."""
+    with _sync_drawers() as (rs, drawers):
+        time.sleep(1)
+        cut = time.monotonic()
+        rs.cut_replication()
+        time.sleep(40)                               # longer than the 35 s reply limit
+        rs.replication.restore()                      # the standby comes back
+        back = time.monotonic()
+        _served_again(drawers)
+        first = next((t for t, _ in drawers.errors if t > cut), back)
+        during = [e for t, e in drawers.errors if first + 3 < t < back]  # (the first
+        # error starts the check of what the database waits for)
+        rs.fail_over()                                # it has every acknowledged commit
+        _fetched_again(drawers)
+        time.sleep(1)
+        drawers.stop()
+        twice = drawers.duplicates()
+        print(f"protected={protected}: {twice} of {drawers.count()} IDs issued twice; "
+              f"callers failed for {drawers.outage():.1f} s ({len(drawers.errors)} errors); "
+              f"while away, e.g.: {during[-1]}")
+        assert twice == 0
+        assert during, "no caller failed while the standby was away"
+        unnamed = [e for e in during if "synchronous_standby_names = 'walreceiver'" not in e]
+        assert not unnamed, unnamed[:3]
+
+
+@pytest.mark.mariadb
+def test_mariadb_semi_sync_falls_back_then_fails_over(protected):
+    """A real MariaDB primary and semi-sync replica, the default 10 s
+    rpl_semi_sync_master_timeout, replication cut for 16 s while three processes draw:
+    the primary falls back (flakekit says ``fallen-back``, one ``database-durability``
+    alert; a backend with replication = "synchronous" refuses with one line), then
+    kill -9, promotion, re-pointing: with the defaults no ID is issued twice."""
+    if mariadb_binaries_missing():
+        pytest.skip(mariadb_binaries_missing())
+    from flakekit.sql.durability import watch_for
+
+    rs = MariaReplicaSet(("--rpl-semi-sync-master-enabled=ON",
+                          "--rpl-semi-sync-slave-enabled=ON")).start()
+    try:
+        setup = create_engine(rs.url)
+        SqlSegmentStore(setup).create("orders", step=1000)
+        deadline = time.monotonic() + 30
+        while True:                                   # the replica acknowledges
+            with setup.connect() as conn:
+                status = dict(conn.execute(text(
+                    "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'")).all())
+            if status.get("Rpl_semi_sync_master_clients") == "1":
+                break
+            assert time.monotonic() < deadline, "semi-sync never came up"
+            time.sleep(0.1)
+        rs.standby.sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")  # a replica
+        recorder = EventRecorder()
+        drawers = _Drawers(rs.url, recorder=recorder).start()
+        strict = _Drawers(rs.url, n=1, replication="synchronous")
+        for store in drawers.stores:  # re-read often: the drill is shorter than 30 s
+            watch_for(store.engine).recheck_s = 1.0
+        _served_again(drawers)
+        verdicts = {watch_for(s.engine).last.verdict for s in drawers.stores}
+        assert verdicts == {"synchronous"}, verdicts
+        rs.cut_replication()
+        time.sleep(16)                                # past the 10 s timeout
+        _served_again(drawers)
+        verdicts = {watch_for(s.engine).read(s.engine).verdict for s in drawers.stores}
+        with pytest.raises(BackendError) as refused:
+            strict.stores[0].fetch("orders")
+        strict.stop()
+        rs.fail_over()
+        rs.primary.sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")  # no replica yet
+        _fetched_again(drawers)
+        time.sleep(1)
+        drawers.stop()
+        setup.dispose()
+        twice = drawers.duplicates()
+        alerts = recorder.alerts()
+        print(f"protected={protected}: {twice} of {drawers.count()} IDs issued twice; "
+              f"callers failed for {drawers.outage():.1f} s; alerts {alerts}; "
+              f"strict: {refused.value}")
+        assert verdicts == {"fallen-back"}, verdicts
+        assert alerts.count("database-durability") == len(drawers.stores)  # one each
+        assert "rpl_semi_sync_master_timeout" in str(refused.value)
+        assert "\n" not in str(refused.value)
+        if protected:
+            assert twice == 0
+            assert "database-failover" in alerts
+        else:
+            assert twice > 0
+    finally:
+        rs.stop()
+
+
+@pytest.mark.postgresql
+def test_sync_cancelled_commits_then_fail_over(protected, monkeypatch):
+    """PostgreSQL synchronous replication, the standby cut off, and every commit stuck
+    waiting for it cancelled (``pg_cancel_backend``, what a long-query killer does:
+    PostgreSQL keeps it locally and answers success with a WARNING); then kill -9 and
+    promotion of the standby, which never got those commits: no ID issued twice. Without
+    the defences (the notice handler and detection) the cancelled ranges are used."""
+    if not protected:
+        from flakekit.sql import backends
+
+        monkeypatch.setattr(backends, "watch_sync_cancellations", lambda raw: None)
+    with _sync_drawers() as (rs, drawers):
+        rs.cut_replication()
+        killer = create_engine(rs.primary.url)      # the killer, on the primary itself
+        cancelled = 0
+        until = time.monotonic() + 8
+        while time.monotonic() < until:
+            with killer.connect() as conn:
+                cancelled += conn.execute(text(
+                    "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity "
+                    "WHERE wait_event = 'SyncRep'")).scalar_one()
+            time.sleep(0.05)
+        killer.dispose()
+        rs.fail_over()                              # the standby lacks every one of them
+        _fetched_again(drawers)
+        time.sleep(1)
+        drawers.stop()
+        twice = drawers.duplicates()
+        messages = sorted({e.split(": ", 1)[-1][:140] for _, e in drawers.errors})
+        print(f"protected={protected}: {cancelled} commits cancelled; {twice} of "
+              f"{drawers.count()} IDs issued twice; callers failed for "
+              f"{drawers.outage():.1f} s; {messages[:2]}")
+        assert cancelled > 0
+        if protected:
+            assert twice == 0
+            assert any("not made durable" in e for _, e in drawers.errors)
+        else:
+            assert twice > 0

@@ -10,9 +10,9 @@ import pytest
 
 from flakekit.errors import BackendError, LeaseLostError, WorkerExhaustedError
 from flakekit.leases.kv import KvLeaseAllocator
-from flakekit.leases.lease import LeaseRequest
 from flakekit.testing import ManualClock
 from flakekit.testing.memory_kv import MemoryKv, MemoryKvClient
+from flakekit.testing.requests import lease_request as req
 from flakekit.values.events import Events
 
 S = 1_000_000_000
@@ -28,10 +28,6 @@ class Hook:
         if name == "flakekit_alert":
             return lambda **kw: self.alerts.append((kw["kind"], kw["message"]))
         return lambda **kw: None
-
-
-def req(max_worker_id: int = 1023) -> LeaseRequest:
-    return LeaseRequest("t", max_worker_id, "10.0.0.1", 8080)
 
 
 @pytest.fixture

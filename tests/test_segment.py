@@ -19,6 +19,7 @@ from flakekit.errors import (
 from flakekit.generators.segment import Segment, SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import Allocation, SqlSegmentStore
 from flakekit.testing import ManualClock, in_threads
+from flakekit.testing.waiting import wait_until
 
 LEAF_DDL = """CREATE TABLE `leaf_alloc` (
   `biz_tag` varchar(128)  NOT NULL DEFAULT '',
@@ -28,14 +29,6 @@ LEAF_DDL = """CREATE TABLE `leaf_alloc` (
   `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
   PRIMARY KEY (`biz_tag`)
 ) ENGINE=InnoDB"""
-
-
-def wait_for(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.002)
 
 
 class MemoryStore:
@@ -261,8 +254,8 @@ class TestSegmentGenerator:
             assert len(store.fetches) == 1
             assert gen.stats().buffers[1].ready is False
             gen.next_id()  # the 11th ID crosses 10%
-            wait_for(lambda: len(store.fetches) == 2)
-            wait_for(lambda: gen.stats().buffers[1].ready)
+            wait_until(lambda: len(store.fetches) == 2)
+            wait_until(lambda: gen.stats().buffers[1].ready)
             buffers = gen.stats().buffers
             assert buffers[0].as_dict() == {"slot": "current", "ready": True, "start": 1,
                                             "position": 12,
@@ -278,13 +271,13 @@ class TestSegmentGenerator:
             time.sleep(0.05)
             assert len(store.fetches) == 1
             gen.next_id()
-            wait_for(lambda: len(store.fetches) == 2)
+            wait_until(lambda: len(store.fetches) == 2)
 
     def test_prefetch_at_zero_fetches_at_once(self):
         """prefetch_at = 0 keeps the next buffer filled from the start."""
         store = MemoryStore(step=10)
         with generator(store, prefetch_at=0) as gen:
-            wait_for(lambda: gen.stats().buffers[1].ready)
+            wait_until(lambda: gen.stats().buffers[1].ready)
             assert [gen.next_id() for _ in range(25)] == list(range(1, 26))
 
     def test_zero_budget_fails_fast(self):
@@ -299,7 +292,7 @@ class TestSegmentGenerator:
             gen.next_id()
         assert time.monotonic() - started < 1
         store.gate.set()
-        wait_for(lambda: gen.stats().buffers[1].ready or gen.stats().buffers[0].ready)
+        wait_until(lambda: gen.stats().buffers[1].ready or gen.stats().buffers[0].ready)
         assert gen.next_id() == 11
         gen.close()
 
@@ -313,7 +306,7 @@ class TestSegmentGenerator:
             count = len(store.fetches)
             while not gen.stats().fetching:  # consume up to the prefetch point
                 gen.next_id()
-            wait_for(lambda: not gen.stats().fetching)
+            wait_until(lambda: not gen.stats().fetching)
             assert len(store.fetches) == count + 1
             return store.fetches[-1]
 
@@ -449,7 +442,7 @@ class TestSegmentGenerator:
         gen = generator(store).start()
         for _ in range(20):
             gen.next_id()
-        wait_for(lambda: gen.stats().buffers[1].ready)
+        wait_until(lambda: gen.stats().buffers[1].ready)
         gen.close()
         assert store.rows["k"][0] == 21
         assert gen.stats().gave_back == 180

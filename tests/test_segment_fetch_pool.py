@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import create_engine, func, insert
+from sqlalchemy import create_engine, event, func, insert
 
 from flakekit.assembly.settings import build_settings
 from flakekit.errors import BackendError, ConfigError
@@ -17,6 +17,7 @@ from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.generators.segment_service import SegmentService
 from flakekit.sql.leaf import SqlSegmentStore, leaf_alloc_table
 from flakekit.testing import in_threads
+from flakekit.testing.waiting import wait_until
 
 PREFIX = "flakekit-segment-fetch-"
 
@@ -34,16 +35,12 @@ def per_key_threads() -> list[str]:
             and t.name != "flakekit-segment-keys"]
 
 
-def until(predicate, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.002)
-
-
 def sqlite_store(tmp_path, keys: int, step: int = 10) -> SqlSegmentStore:
-    store = SqlSegmentStore(create_engine(f"sqlite:///{tmp_path / 'keys.db'}",
-                                          connect_args={"timeout": 30}))
+    """A real SQLite store with ``keys`` rows; commits are not flushed to disk (these
+    tests count threads, not durability: a flushed commit per fetch took 30-40 ms)."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'keys.db'}", connect_args={"timeout": 30})
+    event.listen(engine, "connect", lambda conn, _: conn.execute("PRAGMA synchronous=OFF"))
+    store = SqlSegmentStore(engine)
     store.create("k000000", step)
     rows = [{"biz_tag": f"k{i:06d}", "max_id": 1, "step": step, "description": None}
             for i in range(1, keys)]
@@ -152,7 +149,7 @@ def test_a_slow_key_blocks_at_most_one_worker(tmp_path):
                    for k in sorted(store.slow)]
         for t in waiting:
             t.start()
-        until(lambda: store.blocked == 2, "both slow fetches to hang")
+        wait_until(lambda: store.blocked == 2, 30, what="both slow fetches to hang")
         for i in range(2, 60):
             assert service.next_id(f"k{i:06d}") == 1
         assert slow_ids == []
@@ -178,7 +175,8 @@ def test_back_off_per_key_without_a_thread_per_key(tmp_path):
     try:
         for key in sorted(failing):
             service.get(key)
-        until(lambda: all(store.attempts.get(k, 0) >= 5 for k in failing), "five tries each")
+        wait_until(lambda: all(store.attempts.get(k, 0) >= 5 for k in failing), 30,
+                   what="five tries each")
         for key in sorted(failing):
             gen = service.get(key)
             # after 5+ failures the next delay is capped at retry_max
@@ -204,8 +202,8 @@ def test_close_cancels_a_pending_retry(tmp_path):
     pool = FetchPool(1)
     gen = SegmentGenerator(store, "k000000", SegmentSettings(  # type: ignore[arg-type]
         preload=False, retry_min="300ms", retry_max="1s"), pool=pool).start()
-    until(lambda: store.attempts.get("k000000") == 1, "the first try")
-    until(lambda: gen._job is not None and not gen._job.running, "the failure")
+    wait_until(lambda: store.attempts.get("k000000") == 1, 30, what="the first try")
+    wait_until(lambda: gen._job is not None and not gen._job.running, 30, what="the failure")
     gen.close(timeout=30)
     time.sleep(0.6)   # past the back-off: a retry would have run by now
     assert store.attempts["k000000"] == 1
@@ -219,12 +217,13 @@ def test_close_waits_for_a_fetch_in_flight_then_gives_it_back(tmp_path):
     store = GatedStore(sqlite_store(tmp_path, 2, step=10))
     store.slow = {"k000000", "k000001"}
     pool = FetchPool(2)
-    gen = SegmentGenerator(store, "k000000", SegmentSettings(preload=False),  # type: ignore[arg-type]
+    gen = SegmentGenerator(store, "k000000",
+                           SegmentSettings(preload=False),  # type: ignore[arg-type]
                            pool=pool).start()
-    until(lambda: store.blocked == 1, "the fetch to hang")
+    wait_until(lambda: store.blocked == 1, 30, what="the fetch to hang")
     closing = threading.Thread(target=gen.close, kwargs={"timeout": 30})
     closing.start()
-    until(lambda: gen._closed, "close() to begin")
+    wait_until(lambda: gen._closed, 30, what="close() to begin")
     assert closing.is_alive()   # waiting for the fetch in flight
     store.gate.set()
     closing.join(30)
@@ -233,12 +232,13 @@ def test_close_waits_for_a_fetch_in_flight_then_gives_it_back(tmp_path):
     assert store.inner.fetch("k000000", 1).max_id == 2
     # the bounded case: the deadline passes while the fetch still hangs
     store.gate.clear()
-    gen2 = SegmentGenerator(store, "k000001", SegmentSettings(preload=False),  # type: ignore[arg-type]
+    gen2 = SegmentGenerator(store, "k000001",
+                            SegmentSettings(preload=False),  # type: ignore[arg-type]
                             pool=pool).start()
-    until(lambda: store.blocked == 2, "the second fetch to hang")
+    wait_until(lambda: store.blocked == 2, 30, what="the second fetch to hang")
     gen2.close(timeout=0.05)
     store.gate.set()
-    until(lambda: gen2.installed == 1, "the late segment")
+    wait_until(lambda: gen2.installed == 1, 30, what="the late segment")
     assert gen2.stats().gave_back == 0
     assert store.inner.fetch("k000001", 1).max_id == 12   # nothing given back
     assert pool.close()
@@ -252,7 +252,7 @@ def test_standalone_generators_share_the_process_pool(tmp_path):
     gens = [SegmentGenerator(store, f"k{i:06d}", SegmentSettings(prefetch_at=0.0)).start()
             for i in range(200)]
     try:
-        until(lambda: all(g.stats().buffers[1].ready for g in gens), "every prefetch")
+        wait_until(lambda: all(g.stats().buffers[1].ready for g in gens), 30, what="every prefetch")
         assert all(g._job is not None and g._job.pool is shared_pool() for g in gens)
         assert shared_pool().threads <= fetcher.SHARED_WORKERS
         assert per_key_threads() == []
@@ -268,11 +268,11 @@ def test_idle_workers_leave_and_come_back(tmp_path):
     store = sqlite_store(tmp_path, 1, step=10)
     pool = FetchPool(2, idle_timeout=0.05)
     with SegmentGenerator(store, "k000000", SegmentSettings(prefetch_at=0.0), pool=pool) as gen:
-        until(lambda: gen.stats().buffers[1].ready, "the prefetch")
-        until(lambda: pool.threads == 0, "the idle worker to leave")
+        wait_until(lambda: gen.stats().buffers[1].ready, 30, what="the prefetch")
+        wait_until(lambda: pool.threads == 0, 30, what="the idle worker to leave")
         assert [gen.next_id() for _ in range(11)] == list(range(1, 12))
         # the switch to the next segment asked for the one after: a new worker fetched it
-        until(lambda: gen.stats().fetches == 3, "the next prefetch")
+        wait_until(lambda: gen.stats().fetches == 3, 30, what="the next prefetch")
         assert gen.next_id() == 12
     assert pool.close()
     store.engine.dispose()
@@ -284,7 +284,7 @@ def test_fork_child_gets_a_fresh_pool(tmp_path):
     store = sqlite_store(tmp_path, 2, step=10)
     pool = FetchPool(2)
     parent = SegmentGenerator(store, "k000000", SegmentSettings(prefetch_at=0.0), pool=pool).start()
-    until(lambda: parent.stats().buffers[1].ready, "the parent's prefetch")
+    wait_until(lambda: parent.stats().buffers[1].ready, 30, what="the parent's prefetch")
     assert pool.threads >= 1
     read, write = os.pipe()
     pid = os.fork()

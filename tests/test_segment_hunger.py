@@ -11,7 +11,6 @@ counts are exact: counted, not timed.
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from sqlalchemy import create_engine
@@ -22,6 +21,7 @@ from flakekit.errors import ConfigError
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import Allocation, SqlSegmentStore
 from flakekit.testing import ManualClock, TcpProxy, proxied
+from flakekit.testing.waiting import wait_until
 
 MS = 1_000_000
 
@@ -60,13 +60,6 @@ class SlowStore:
         return self.inner.give_back(key, expected, new)
 
 
-def until(predicate, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.0002)
-
-
 class Sim:
     """Drive one generator through a traffic schedule, one manual millisecond a step."""
 
@@ -93,14 +86,16 @@ class Sim:
             with gen._cond:
                 wanted = gen._fetch_wanted
             if wanted and store.due is None:
-                until(lambda: store.due is not None or not gen._fetch_wanted, "the fetch")
+                wait_until(lambda: store.due is not None or not gen._fetch_wanted, 10,
+                           what="the fetch")
                 continue
             if store.due is not None and self.clock.monotonic_ns() >= store.due:
                 installed = gen.installed
                 with store.cond:
                     store.released = True
                     store.cond.notify_all()
-                until(lambda before=installed: gen.installed > before, "the new segment")
+                wait_until(lambda before=installed: gen.installed > before, 10,
+                           what="the new segment")
                 continue
             return
 
@@ -200,7 +195,7 @@ def test_an_idle_range_past_its_ttl_is_dropped_and_never_served(tmp_path):
     gen, store, clock = ttl_gen(tmp_path, prefetch_at=0.0)   # the next one comes at once
     try:
         first = gen.next_id()
-        until(lambda: gen.stats().buffers[1].ready, "the prefetched segment")
+        wait_until(lambda: gen.stats().buffers[1].ready, 10, what="the prefetched segment")
         held = [(b.start, b.end) for b in gen.stats().buffers]
         clock.advance(11)   # both ranges idle past their TTL
         later = [gen.next_id() for _ in range(250)]

@@ -179,7 +179,7 @@ class TestOrder:
         """workers = 1 builds the untouched one-id hot path (no per-run objects)."""
         gen, _ = gen_of(SNOWFLAKE, 5)
         assert gen.workers == 1 and gen.worker_ids == (5,)
-        assert type(gen._current()[0]).__name__ == "_Tick"
+        assert type(gen._current()[0]).__name__ == "Tick"
         gen.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from flakekit.sql.schema import check_schema, init_schema, system_nodes
 from flakekit.sql.workers import SqlWorkerAllocator, list_records, release_worker
 from flakekit.testing import EventRecorder, ManualClock, in_threads
 from flakekit.testing import age_rows as shared_age_rows
+from flakekit.testing.requests import lease_request
 from flakekit.values.events import Events
 
 NS = 1_000_000_000
@@ -85,8 +87,8 @@ def make(engine: Engine, clock: Any = None, hook: EventRecorder | None = None,
                               events=Events(hook), **kwargs)
 
 
-def req(max_id: int = 1023) -> LeaseRequest:
-    return LeaseRequest("orders", max_id, "", 0)
+#: ``req(max_id=1023)``: a LeaseRequest of ``orders`` from no host
+req = functools.partial(lease_request, service="orders", host="", port=0)
 
 
 def age_rows(engine: Engine, seconds: float, where: str = "1=1", **params: Any) -> None:

@@ -256,3 +256,39 @@ def test_databases_made_ahead_are_new_empty_and_dropped(kind):
     finally:
         engine.dispose()
     assert not present & set(names + spares), present & set(names + spares)
+
+
+class TestToolkit:
+    """wait_until, lease_request and the drill helpers (flakekit.testing)."""
+
+    def test_wait_until_returns_the_first_truthy_value(self) -> None:
+        from flakekit.testing import wait_until
+
+        calls = iter([0, None, "", 7, 8])
+        assert wait_until(lambda: next(calls), 5, interval=0) == 7
+
+    def test_wait_until_names_what_it_waited_for(self) -> None:
+        from flakekit.testing import wait_until
+
+        with pytest.raises(AssertionError, match="not within 0.01 s: the thing"):
+            wait_until(lambda: False, 0.01, what="the thing")
+
+    def test_lease_request_defaults(self) -> None:
+        from flakekit.testing import lease_request
+
+        r = lease_request(7)
+        assert (r.generator, r.max_worker_id, r.host, r.port) == ("t", 7, "10.9.8.7", 8080)
+
+    def test_a_drill_worker_prints_ids_of_the_tiny_layout(self, tmp_path) -> None:
+        from flakekit.testing.drills import parse_ids, read_until, spawn, stop, write_config
+
+        config = write_config(tmp_path, "g", '{ type = "static", worker_id = 1 }', "tiny")
+        proc = spawn(config, "g", "--seconds", "0.2", "--pace", "20")
+        try:
+            assert read_until(proc, "LEASE ").split()[1] == "1"
+            out, err = proc.communicate(timeout=60)
+        finally:
+            stop(proc)
+        ids = parse_ids(out)
+        assert ids and len({i for i, _ in ids}) == len(ids), err
+        assert all((i >> 12) & 1 == 1 for i, _ in ids)   # the tiny layout's worker bit

@@ -32,6 +32,7 @@ __all__ = [
     "MemberLease",
     "Membership",
     "PollsView",
+    "ServeShare",
     "check_key_segment",
     "lapse_wait_ns",
     "proposed_members",
@@ -45,10 +46,17 @@ HANDOFF_MARGIN_MIN_S = 0.25
 HANDOFF_MARGIN_SHARE = 0.1
 
 
-def lapse_wait_ns(lease_s: float) -> int:
+def lapse_wait_ns(lease_s: float, share: float = 1.0) -> int:
     """How long (monotonic ns, on the waiter's own clock) a record must stay unchanged,
-    or a new owner wait, before the holder of a ``lease_s`` lease has surely stopped."""
-    return round((lease_s + max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE * lease_s)) * 1e9)
+    or a new owner wait, before the holder of a ``lease_s`` lease has surely stopped.
+
+    ``share``: the holder serves at most ``share * lease_s`` after the send of the
+    renewal that wrote what the waiter first read (SQL: 0.8, its safety window being at
+    least a fifth of the lease). That send came before the write's COMMIT, hence before
+    the waiter's first read of it: the waiter's wait, counted from that read, covers the
+    holder's deadline plus the margin for clock-rate drift between the two nodes."""
+    served = lease_s * share
+    return round((served + max(HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE * served)) * 1e9)
 
 
 @attrs.frozen
@@ -159,10 +167,15 @@ class Membership(Protocol):
     *without any wall clock* (ZooKeeper: the leader expires a session on its elapsed-time
     clock only its timeout after the last packet, and the holder stops before that). SQL
     leaves it False: ``last_seen + lease_ms`` is on the database's wall clock, which an
-    NTP step or a VM resume moves by any amount; there a lapse is proven by the claimer
-    seeing the record's ``version`` unchanged for ``lapse_wait_ns`` on its own clock, and
-    a renewal re-reads the view epoch *after* its COMMIT. etcd leaves it False: its leases
-    can vanish early under a stuck leader.
+    NTP step or a VM resume moves by any amount. etcd leaves it False: its leases can
+    vanish early under a stuck leader. In every store a lapse is also proven by the
+    claimer seeing the record's ``version`` unchanged since its first read of it for
+    ``lapse_wait_ns(lease, serve_share)`` on its own clock, as every renewal writes the
+    record and then reads the view epoch *after* that write. Optional capability
+    :class:`ServeShare` (default 1.0): a holder serves at most that share of its lease after
+    the send of the renewal that wrote its record's current ``version`` (SQL, ZooKeeper,
+    etcd: 0.8). Optional capability :class:`PollsView`: nodes read the view and the members
+    that often, so a renewal is first read soon after its write.
     """
 
     @property
@@ -188,6 +201,15 @@ class LapseMeansStopped(Protocol):
     ZooKeeper True; SQL and etcd False (a membership without it counts as False)."""
 
     lapse_means_stopped: bool
+
+
+@runtime_checkable
+class ServeShare(Protocol):
+    """A membership whose holders serve at most ``serve_share`` of their lease after the
+    send of the renewal that wrote their record (see :class:`Membership`); a claimer
+    counts on it (a membership without it counts as 1.0)."""
+
+    serve_share: float
 
 
 @runtime_checkable

@@ -13,8 +13,10 @@ What it does, and why in this order:
 * **Strict keys** (:mod:`flakekit.cluster.strict`): the owner in the view claims the key
   in the fence and serves it from a generator of its own; a node that is no longer the
   owner stops, closes that generator (fenced give-back) and releases the claim; the new
-  owner claims once it is released, or, when the old owner is dead or cut off, after
-  waiting ``lease + margin`` on its own clock from when it first saw itself the owner.
+  owner claims once it is released, or, when the old owner is dead or cut off, once it
+  read the old owner's record unchanged since its first read of it for the share of the
+  lease an owner serves after a renewal, plus a margin (issue 24), else after waiting
+  ``lease + margin`` on its own clock from when it first saw itself the owner.
 * **Hot path** (no I/O, no lock): draw from the key's generator, THEN check the member
   deadline and that the claim is good for the view epoch seen; otherwise the value is
   dropped and the request refused (NotOwnerError / KeyMovingError /
@@ -35,6 +37,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from flakekit.cluster.agreement import config_digest, disagreement
 from flakekit.cluster.fenced import FencedStore
 from flakekit.cluster.member_lease import MemberEvents, MemberSource, MemberTarget
@@ -48,6 +52,7 @@ from flakekit.cluster.membership import (
     MemberLease,
     Membership,
     PollsView,
+    ServeShare,
     lapse_wait_ns,
 )
 from flakekit.cluster.proposer import Proposer
@@ -436,18 +441,26 @@ class ClusterNode:
 
     def _poll_view(self, now: int) -> None:
         """A store without change notification (``view_poll_s``: SQL) is asked for the
-        view epoch that often, so a planned hand-off moves in about that time, not at the
-        next renewal (up to a third of the lease; issue 20). A newer epoch stops the hot
-        path at once, as a renewal that read it does."""
+        view epoch and the member records that often: a planned hand-off moves in about
+        that time, not at the next renewal (up to a third of the lease; issue 20); and
+        every renewal is first read within that time of its COMMIT, so a crashed
+        holder's lapse is proven that soon after its holder's deadline (issue 24). A
+        newer epoch stops the hot path at once, as a renewal that read it does; a
+        member the view lists that no longer serves (lapsed, left, or no renewal for
+        its serving share of the lease) brings the proposer in at once."""
         poll = self.membership.view_poll_s if isinstance(self.membership, PollsView) else 0
         if not poll or now < self._poll_due_ns:
             return
         self._poll_due_ns = now + round(poll * 1e9)
         try:
-            epoch = self.membership.view(self.settings.name).epoch
+            view = self.membership.view(self.settings.name)
+            infos = self._judged(self._members())
         except FlakekitError:
             return   # the renewal and the refresh report the store's trouble
-        self._lease_view(epoch)
+        self._lease_view(view.epoch)
+        serving = {i.member for i in infos if i.serving}
+        if serving and serving != set(view.members):
+            self._hinted = True
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -488,7 +501,7 @@ class ClusterNode:
             view = self.membership.view(name)
             with self._lock:
                 self._apply_view_locked(view, now)
-            infos = self._members()
+            infos = self._judged(self._members())
             wanted = self._proposer.wanted(infos, view, now, at_once=not view.members)
             if wanted is not None:
                 new = self.membership.propose(name, view.epoch, wanted)
@@ -632,16 +645,53 @@ class ClusterNode:
                     self._records[i.node] = (i.fingerprint, seen)
         return infos
 
-    def _unchanged_ns(self, info: MemberInfo) -> int:
-        """How long this node has seen ``info``'s record as it is now (its own clock);
-        0 for a store whose renewals write nothing to the record."""
+    def _first_read_ns(self, info: MemberInfo) -> int | None:
+        """When this node first read ``info``'s record as it is now (its own clock,
+        after that read returned); None for a store whose renewals write nothing to the
+        record, or a record read differently since."""
         if info.version is None:
-            return 0
+            return None
         with self._lock:
             old = self._records.get(info.node)
         if old is None or old[0] != info.fingerprint:
-            return 0
-        return self.clock.monotonic_ns() - old[1]
+            return None
+        return old[1]
+
+    def _stopped_after_ns(self, info: MemberInfo) -> int | None:
+        """The monotonic ns (this node's clock) from which ``info``'s holder has surely
+        stopped if its record stays as it is: its first read plus the share of the lease
+        a holder serves after the renewal that wrote it, plus a margin
+        (:func:`~flakekit.cluster.membership.lapse_wait_ns`). None: no such proof here."""
+        first = self._first_read_ns(info)
+        if first is None:
+            return None
+        lease_s = max(self._peer_lease_s, info.lease_ms / 1000, self.settings.lease)
+        share = self._serve_share()
+        return first + lapse_wait_ns(lease_s, share)
+
+    def _serve_share(self) -> float:
+        """The share of its lease a holder serves after its renewal's send (1.0 when the
+        membership does not say: :class:`ServeShare`)."""
+        return (float(self.membership.serve_share)
+                if isinstance(self.membership, ServeShare) else 1.0)
+
+    def _judged(self, infos: list[MemberInfo]) -> list[MemberInfo]:
+        """``infos`` as the proposer weighs them: a serving record that no renewal
+        changed for the share of the lease its holder serves (on this node's clock) is
+        ``lapsed``, before the store's own clock says so, so the view moves while the
+        claim's proof is still running (detection overlaps the wait; liveness only:
+        the claim still proves the lapse)."""
+        share = self._serve_share()
+        now = self.clock.monotonic_ns()
+        out = []
+        for info in infos:
+            first = self._first_read_ns(info) if info.serving else None
+            if first is not None and info.node != self.member.node:
+                lease_s = max(info.lease_ms / 1000, self.settings.lease)
+                if now - first >= round(lease_s * share * 1e9):
+                    info = attrs.evolve(info, state="lapsed")
+            out.append(info)
+        return out
 
     def _wait_ns(self) -> int:
         lease = max(self.settings.lease, self._peer_lease_s)
@@ -692,38 +742,42 @@ class ClusterNode:
                 st.busy = False
                 self._cond.notify_all()
 
-    def _holder_stopped(self, fence: KeyFence, key: str) -> bool:
-        """True when the key's current holder is another node that has surely stopped,
-        so the new owner need not wait ``lease + margin`` from when it became the owner:
-        its record ``left`` (only the holder writes that, after it stopped); or it shows
-        ``lapsed`` in a store where that proves the holder's deadline passed without a
-        wall clock (``lapse_means_stopped``: ZooKeeper); or this node has read the
-        record unchanged (no renewal landed) for the lease plus a margin on its own
-        clock. Never a store's wall-clock age alone: a database clock stepped forward
-        makes every member look lapsed (issue 20). A renewal that lands after this
-        check re-reads the view epoch after its COMMIT, so the holder sees the new view
-        and serves nothing under its old claim."""
+    def _holder_stopped_at(self, fence: KeyFence, key: str) -> int | None:
+        """From when (monotonic ns, this node's clock; at or before now: already) the
+        key's current holder, another node, has surely stopped, so the new owner need
+        not wait ``lease + margin`` from when it became the owner; None when nothing
+        proves it. Proofs: its record ``left`` (only the holder writes that, after it
+        stopped); it shows ``lapsed`` in a store where that proves the holder's deadline
+        passed without a wall clock (``lapse_means_stopped``: ZooKeeper); or this node
+        read the record unchanged (no renewal landed) since its first read of it for the
+        share of the lease a holder serves after that renewal's send, plus a margin
+        (:meth:`_stopped_after_ns`). Never a store's wall-clock age alone: a database
+        clock stepped forward makes every member look lapsed (issue 20). A renewal that
+        lands after this check re-reads the view epoch after its COMMIT, so the holder
+        sees the new view and serves nothing under its old claim."""
         record = fence.key_owner(key)
         if record is None or record.released or record.node == self.member.node:
-            return False   # a plain claim takes it (or it is ours)
+            return None   # a plain claim takes it (or it is ours)
         info = next((i for i in self._members() if i.node == record.node), None)
         if info is None:
-            return False
+            return None
         if info.state == "left":
-            return True
+            return 0
         if info.state == "lapsed" and isinstance(self.membership, LapseMeansStopped) \
                 and self.membership.lapse_means_stopped:
-            return True
-        lease_s = max(self._peer_lease_s, info.lease_ms / 1000, self.settings.lease)
-        return self._unchanged_ns(info) >= lapse_wait_ns(lease_s)
+            return 0
+        return self._stopped_after_ns(info)
 
     def _claim(self, st: StrictKey, claim: KeyClaim, waited: bool, now: int) -> None:
         gen: SegmentGenerator | PeriodicSegment | None = None
         store = FencedStore(st.fence, claim, functools.partial(self._fenced, st))
         ok = False
+        stopped_at: int | None = None
         try:
-            if not waited and self._holder_stopped(st.fence, st.key):
-                waited = True   # the crashed owner's lease is over on the store's clock
+            if not waited:
+                stopped_at = self._holder_stopped_at(st.fence, st.key)
+                if stopped_at is not None and stopped_at <= self.clock.monotonic_ns():
+                    waited = True   # the crashed owner has surely stopped
             ok = bool(st.fence.claim_key(claim, waited))
             if ok:
                 gen = build_key_generator(store, st.key, st.settings, clock=self.clock,
@@ -759,7 +813,10 @@ class ClusterNode:
                 st.backoff(done)
                 if not waited and st.owner_since is not None:
                     # try exactly when the old owner must have stopped, not later
-                    st.next_try_ns = min(st.next_try_ns, st.since_ns + self._wait_ns())
+                    due = st.since_ns + self._wait_ns()
+                    if stopped_at is not None:
+                        due = min(due, stopped_at)
+                    st.next_try_ns = min(st.next_try_ns, due)
         if handoff_ns is not None:   # outside the lock: a plugin's hook may take its time
             self.events.operation("cluster.handoff", st.key, handoff_ns, {
                 "key": st.key, "node": self.member.node, "claim_epoch": claim.epoch,

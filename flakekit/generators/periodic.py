@@ -266,31 +266,12 @@ class PeriodicSegment:
                     raise NotStartedError(f"periodic generator {self.name!r} is closed")
                 if self._cur is _NONE:
                     raise NotStartedError(f"periodic generator {self.name!r} is not started")
-                now = self.clock.monotonic_ns()
-                if self._cur is cur and now < cur.deadline:
-                    if cur.full:
-                        raise self._full(cur)
-                    if batch is not None:
-                        top = max((r.stop for r in batch.ranges), default=0)
-                        if top <= self._cap:
-                            return IdBatch([range(cur.base + r.start, cur.base + r.stop)
-                                            for r in batch.ranges])
-                        raise self._full(cur)
-                    if seq is not None and seq < self._cap:
-                        return cur.base + seq
-                    if seq is not None:
-                        raise self._full(cur)
+                if self._cur is cur and self.clock.monotonic_ns() < cur.deadline:
+                    answer = self._answer(cur, seq, batch)
+                    if answer is not None:
+                        return answer
                 if self._cur is cur and self._mono() - self._synced >= _RESYNC_NS:
-                    # the deadline passed: what does the database say? (callers waiting
-                    # in the margin share one read every few ms, not one each)
-                    try:
-                        self._sync()
-                    except FlakekitError as exc:
-                        if self.clock.monotonic_ns() >= give_up:
-                            raise SegmentUnavailableError(
-                                f"periodic key {self.key!r}: the database's clock could not be "
-                                f"read to tell the period: {exc}") from None
-                        log.warning("%s: reading the database's clock failed: %s", self.name, exc)
+                    self._resync(give_up)
                 live = self._cur
                 if live is not cur or self.clock.monotonic_ns() < live.deadline:
                     cur = live   # draw again from the period now current
@@ -307,6 +288,38 @@ class PeriodicSegment:
                     "(its boundary margin) and the database has not reached the next one "
                     f"within wait_budget ({self.settings.wait_budget / 1e9:g}s)")
             self.clock.sleep(min(0.01, self.settings.boundary_margin / 1e9))
+
+    def _answer(self, cur: _Live, seq: int | None,
+                batch: IdBatch | None) -> int | IdBatch | None:
+        """What a draw of the current period, inside its deadline, gives (lock held): the
+        number or batch in the period's width, else the full period's error; None when
+        there is nothing to answer yet (a batch draw that found the generator closed
+        under it: draw again)."""
+        if cur.full:
+            raise self._full(cur)
+        if batch is not None:
+            if max((r.stop for r in batch.ranges), default=0) <= self._cap:
+                return IdBatch([range(cur.base + r.start, cur.base + r.stop)
+                                for r in batch.ranges])
+            raise self._full(cur)
+        if seq is None:
+            return None
+        if seq < self._cap:
+            return cur.base + seq
+        raise self._full(cur)
+
+    def _resync(self, give_up: int) -> None:
+        """The deadline passed: what does the database say? Callers waiting in the margin
+        share one read every few ms, not one each (lock held). A failed read is retried
+        until ``give_up``, then raised."""
+        try:
+            self._sync()
+        except FlakekitError as exc:
+            if self.clock.monotonic_ns() >= give_up:
+                raise SegmentUnavailableError(
+                    f"periodic key {self.key!r}: the database's clock could not be "
+                    f"read to tell the period: {exc}") from None
+            log.warning("%s: reading the database's clock failed: %s", self.name, exc)
 
     def _full(self, cur: _Live) -> PeriodFullError:
         """The error for a used-up period (lock held); the first one alerts and stops

@@ -65,7 +65,7 @@ from flakekit.errors import (
 )
 from flakekit.generators.fetcher import FetchJob, FetchPool, shared_pool
 from flakekit.generators.segment_settings import SegmentSettings
-from flakekit.generators.stores import Locates, SegmentStore
+from flakekit.generators.stores import Locates, SegmentStore, TellsStalls
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.counter import peek
@@ -413,12 +413,18 @@ class SegmentGenerator(StringIds):
         if wait is None:
             wait = _Wait(now + self.settings.wait_budget / 1e9, self._stats.fetches)
             self._stats.waits += 1
+            self._stall_cause()  # starts the store's check now: ready if the wait fails
         remaining = wait.until - now
         if remaining <= 0:
             self._stats.unavailable += 1
             self._raise_unavailable(wait)
         self._cond.wait(remaining)
         return wait
+
+    def _stall_cause(self) -> object:
+        """Why the store's commits wait now, if it can tell (never blocks: a store that
+        checks does so in the background, at most every few seconds)."""
+        return self.store.stall_cause() if isinstance(self.store, TellsStalls) else None
 
     def _raise_unavailable(self, wait: _Wait | None) -> None:
         error = self._fetch_error
@@ -439,10 +445,12 @@ class SegmentGenerator(StringIds):
                 "and reachable from this host (the fetcher keeps retrying)"
             )
         elif wait is None or self._stats.fetches == wait.fetches:
+            cause = self._stall_cause()  # an away synchronous standby, say
+            check = (cause if isinstance(cause, str) else "check that the database is up, "
+                     "reachable and not locked or overloaded")
             message = (
                 f"segment key {self.key!r}: no IDs left in memory and {store} did not answer "
-                f"within {budget}; check that the database is up, reachable and not "
-                "locked or overloaded (the fetcher keeps retrying)"
+                f"within {budget}; {check} (the fetcher keeps retrying)"
             )
         else:  # segments did arrive, and were used up before this caller got an ID
             message = (

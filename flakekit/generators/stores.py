@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from flakekit.values.allocation import Allocation
 
-__all__ = ["Allocation", "ListsKeys", "Locates", "PeriodStore", "SegmentStore"]
+__all__ = ["Allocation", "ListsKeys", "Locates", "PeriodStore", "SegmentStore", "TellsStalls"]
 
 
 @runtime_checkable
@@ -31,6 +31,14 @@ class Locates(Protocol):
 
     @property
     def where(self) -> str: ...
+
+
+@runtime_checkable
+class TellsStalls(Protocol):
+    """A store that can tell why its commits wait now (a synchronous replica gone), without
+    blocking: it checks in the background."""
+
+    def stall_cause(self) -> str | None: ...
 
 
 @runtime_checkable

@@ -12,8 +12,9 @@ capability with its own protocol (:class:`HasStats` returning a
 :class:`FormatsIds`, :class:`NonBlocking`), tested with ``isinstance``, never guessed
 with ``getattr``. Allocators, stores and memberships declare theirs the same way
 (:class:`SeveralLeases`, :class:`CountsWorkers`, :class:`FixedWorker`,
-:class:`ListsKeys`, :class:`PeriodStore`, :class:`Locates`, :class:`LapseMeansStopped`,
-:class:`PollsView`, :class:`LeaseGranularity`).
+:class:`ListsKeys`, :class:`PeriodStore`, :class:`Locates`, :class:`TellsStalls`,
+:class:`LapseMeansStopped`, :class:`PollsView`, :class:`ServeShare`,
+:class:`LeaseGranularity`).
 
 ``Clock``, ``WorkerAllocator`` and its capabilities, the lease machine's ``Lease`` /
 ``LeaseSource`` / ``LeaseTarget`` / ``LeaseEvents`` / ``Pushes``, the key-value lease
@@ -30,9 +31,21 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from flakekit.cluster.membership import KeyFence, LapseMeansStopped, Membership, PollsView
+from flakekit.cluster.membership import (
+    KeyFence,
+    LapseMeansStopped,
+    Membership,
+    PollsView,
+    ServeShare,
+)
 from flakekit.errors import ContractError
-from flakekit.generators.stores import ListsKeys, Locates, PeriodStore, SegmentStore
+from flakekit.generators.stores import (
+    ListsKeys,
+    Locates,
+    PeriodStore,
+    SegmentStore,
+    TellsStalls,
+)
 from flakekit.leases.keeper import LeaseTarget
 from flakekit.leases.kv import KeyValueStore
 from flakekit.leases.lease import (
@@ -84,8 +97,10 @@ __all__ = [
     "PollsView",
     "Pushes",
     "SegmentStore",
+    "ServeShare",
     "SeveralLeases",
     "StatsRecord",
+    "TellsStalls",
     "WorkerAllocator",
     "check_contract",
     "members",

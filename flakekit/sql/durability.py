@@ -46,7 +46,9 @@ __all__ = [
     "DurabilityWatch",
     "pool_durability",
     "probe",
+    "stall_cause",
     "watch_for",
+    "with_stall_cause",
 ]
 
 log = logging.getLogger("flakekit.durability")
@@ -55,6 +57,8 @@ log = logging.getLogger("flakekit.durability")
 REPLICATION_MODES = ("any", "synchronous")
 #: how often fetches and grants re-read a backend's durability
 RECHECK_S = 30.0
+#: how old a verdict may be when an error message asks why commits wait (re-read then)
+STALL_RECHECK_S = 2.0
 #: verdicts, from the most durable down (an alert fires when the rank gets worse)
 _RANK = {"synchronous": 0, "local-disk": 1, "single": 1, "fallen-back": 2,
          "asynchronous": 2, "unknown": 3}
@@ -70,12 +74,15 @@ class Durability:
             ``local-disk`` or ``unknown``.
         detail: what was read from the server, for people.
         fix: the database setting that would make commits synchronous (None: they are).
+        waiting: why commits wait now (a synchronous standby or semi-sync replica is
+            away), for the messages of fetches and grants that time out meanwhile.
     """
 
     dialect: str
     verdict: str
     detail: str
     fix: str | None = None
+    waiting: str | None = None
 
     @property
     def synchronous(self) -> bool:
@@ -85,11 +92,12 @@ class Durability:
     def line(self, backend: str, where: str) -> str:
         """One line for ``flakekit db check``."""
         fix = f"; for synchronous commits set {self.fix}" if self.fix else ""
-        return f"backends.{backend} ({where}): {self.verdict}: {self.detail}{fix}"
+        now = f"; now {self.waiting}" if self.waiting else ""
+        return f"backends.{backend} ({where}): {self.verdict}: {self.detail}{fix}{now}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"dialect": self.dialect, "verdict": self.verdict, "detail": self.detail,
-                "synchronous": self.synchronous, "fix": self.fix}
+                "synchronous": self.synchronous, "fix": self.fix, "waiting": self.waiting}
 
 
 _PG_SYNC_COMMIT = ("on", "remote_write", "remote_apply")
@@ -125,16 +133,26 @@ def _probe_postgresql(conn: Connection) -> Durability:
     row = conn.execute(text(  # one round trip: fetches re-read it on their own path
         "SELECT current_setting('synchronous_standby_names'), "
         "current_setting('synchronous_commit'), "
-        "(SELECT count(*) FROM pg_stat_replication), pg_is_in_recovery()")).one()
+        "(SELECT count(*) FROM pg_stat_replication), pg_is_in_recovery(), "
+        "(SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep')")).one()
     names, commit = str(row[0] or "").strip(), str(row[1] or "")
-    standbys = int(row[2] or 0)
+    standbys, stuck = int(row[2] or 0), int(row[4] or 0)
     if row[3]:
         return Durability("postgresql", "unknown", "the server is a standby in recovery "
                           "(read-only): point the backend at the primary", PG_FIX)
     if names and commit in _PG_SYNC_COMMIT:
+        waiting = None
+        if not standbys or stuck:
+            seen = ("no standby confirms (pg_stat_replication is empty)" if not standbys
+                    else f"{standbys} standby(s) connected, none confirms")
+            waiting = (f"the commit is waiting for the synchronous standby "
+                       f"(synchronous_standby_names = '{names}'): {seen}; {stuck} "
+                       "commit(s) wait in SyncRep until it is back: bring the standby "
+                       "back or fail over to it (a cancelled wait counts as a failure)")
         return Durability("postgresql", "synchronous",
                           f"commits wait for synchronous_standby_names = '{names}' "
-                          f"(synchronous_commit = {commit}; {standbys} standby(s) connected)")
+                          f"(synchronous_commit = {commit}; {standbys} standby(s) connected)",
+                          None, waiting)
     if standbys:
         why = (f"synchronous_commit = {commit}" if names else
                "synchronous_standby_names is empty")
@@ -162,10 +180,18 @@ def _probe_mariadb(conn: Connection) -> Durability:
     on = status.get("rpl_semi_sync_master_status", "OFF").upper() == "ON"
     if enabled and on:
         clients = status.get("rpl_semi_sync_master_clients", "?")
+        stuck = status.get("rpl_semi_sync_master_wait_sessions", "0")
+        waiting = None
+        if clients == "0" or stuck not in ("0", ""):
+            waiting = (f"the commit is waiting for a semi-sync replica "
+                       f"(Rpl_semi_sync_master_clients = {clients}, {stuck} session(s) "
+                       f"waiting): it waits up to rpl_semi_sync_master_timeout = {timeout} "
+                       "ms, then the primary falls back to asynchronous; bring the replica "
+                       "back")
         return Durability("mysql", "synchronous",
                           f"semi-sync on ({clients} replica(s); it falls back to "
                           f"asynchronous after rpl_semi_sync_master_timeout = {timeout} ms)",
-                          None)
+                          None, waiting)
     if enabled:
         return Durability("mysql", "fallen-back",
                           f"semi-sync is enabled but OFF: the primary stopped waiting "
@@ -191,6 +217,8 @@ class DurabilityWatch:
     last: Durability | None = None
     _read_at: float = -1e18
     _lock: threading.Lock = attrs.Factory(threading.Lock)
+    _probing: threading.Thread | None = None
+    _tried_at: float = -1e18
 
     def listen(self, events: Events) -> None:
         """Send this backend's ``database-durability`` alerts to ``events`` too."""
@@ -236,6 +264,50 @@ class DurabilityWatch:
                 f"\"synchronous\" but commits are {seen}; set "
                 f"{last.fix if last and last.fix else PG_FIX} "
                 "on the database, or replication = \"any\" to accept the loss")
+
+
+    def stall_cause(self, engine: Engine, wait_s: float = 0.0) -> str | None:
+        """Why commits on this backend wait now (None: no sign they do), for an error
+        message: the verdict is re-read in a thread of its own when older than
+        :data:`STALL_RECHECK_S` (a probe through a black hole must not hold the caller
+        up), waiting for it at most ``wait_s``."""
+        with self._lock:
+            stale = time.monotonic() - self._read_at >= STALL_RECHECK_S
+            probing = self._probing
+            if stale and (probing is None or not probing.is_alive()):
+                probing = self._probing = threading.Thread(
+                    target=self._read_quietly, args=(engine,), daemon=True,
+                    name=f"flakekit-durability-{self.backend}")
+                probing.start()
+        if stale and wait_s > 0 and probing is not None:
+            probing.join(wait_s)
+        last = self.last
+        if last is None or (self._read_at < self._tried_at and not (
+                probing is not None and probing.is_alive())):
+            return None  # the last check failed: the server itself is away, say
+        return last.waiting
+
+    def _read_quietly(self, engine: Engine) -> None:
+        self._tried_at = time.monotonic()
+        try:
+            self.read(engine)
+        except Exception as exc:  # noqa: BLE001  # the caller's own error says enough
+            log.debug("backends.%s: durability check failed: %s", self.backend, exc)
+
+
+def stall_cause(engine: Engine, wait_s: float = 0.0) -> str | None:
+    """:meth:`DurabilityWatch.stall_cause` of ``engine``'s watch (None at once where
+    no standby can be waited for: SQLite)."""
+    if engine.dialect.name not in ("postgresql", "mysql", "mariadb"):
+        return None
+    return watch_for(engine).stall_cause(engine, wait_s)
+
+
+def with_stall_cause(engine: Engine, message: str, wait_s: float = 2.0) -> str:
+    """``message`` of a failed fetch or grant, naming the away standby when commits
+    wait for one (a lock or reply timeout says nothing of it by itself)."""
+    cause = stall_cause(engine, wait_s)
+    return f"{message}; {cause}" if cause else message
 
 
 _WATCHES: weakref.WeakKeyDictionary[Any, DurabilityWatch] = weakref.WeakKeyDictionary()

@@ -6,8 +6,8 @@ again) and worker rows (its next grant would give a held id to a second node). P
 memory cannot tell: a process started after the fail-over remembers nothing. So every
 segment fetch, worker acquire and renewal reads, in its own transaction, a row of
 ``flakekit_primary`` that holds the identity of the primary that last wrote that scope
-(``segments:TABLE:KEY``, ``workers:SERVICE``); the row is replicated with the data it
-guards. When the identity differs the scope's last writes may be lost:
+(``segments:TABLE:KEY``; ``workers``, one per database); the row is replicated with the
+data it guards. When the identity differs the scope's last writes may be lost:
 :func:`check_primary` records the new primary and the detection time (in the same
 transaction) and returns the :class:`PrimaryChange`; the caller then skips ``max_id``
 ahead (:mod:`flakekit.sql.leaf`) or quarantines grants (:mod:`flakekit.sql.workers`).
@@ -23,8 +23,14 @@ on a change, or while :func:`quarantine_end` is not None, they admit no new memb
 no new owner.
 
 A scope whose row was first written within the replication lag has no row on the
-promoted replica, and its change goes unseen: scopes are made coarse enough (a service,
-a cluster, a database's key owners) to exist long before.
+promoted replica, and its change would go unseen. So the worker registry and the key
+owners have one scope per database (made at the first grant or claim ever), a cluster
+one per cluster, and a key's scope lives under its table's (``segments:TABLE``, made at
+the table's first fetch or key): :func:`prepare` (``under`` the table's) starts a key's
+missing row as written by the *old* primary when the table's row shows a fail-over, so the
+key's first fetch skips ahead too (it may have been first fetched on the old primary within the
+lag). A key *created* within the lag is not on the replica at all; re-created there, it
+starts again at its start (docs/replicated-databases.md says what an operator does).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ __all__ = [
     "FAILOVERS",
     "FAILOVER_COMPONENT",
     "PrimaryChange",
+    "WORKERS_SCOPE",
     "announce",
     "check_primary",
     "check_primary_reading",
@@ -59,6 +66,7 @@ __all__ = [
     "primary_identity",
     "prepare",
     "primary_marker",
+    "mark_written",
     "quarantine_end",
 ]
 
@@ -78,6 +86,10 @@ primary_marker = Table(
 
 FAILOVER = Component(name=FAILOVER_COMPONENT, version=1, tables=(primary_marker,))
 register_component(FAILOVER)
+
+#: the worker registry's scope: one per database (a service first used within the
+#: replication lag is covered by it)
+WORKERS_SCOPE = "workers"
 
 #: detected fail-overs per database (for ``/metrics``)
 FAILOVERS: Counter[str] = Counter()
@@ -147,9 +159,19 @@ def detection_ready(engine: Engine) -> bool:
 _PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
-def prepare(engine: Engine, scope: str) -> None:
+def prepare(engine: Engine, scope: str, under: str | None = None) -> None:
     """Before the first transaction of ``scope``: make its row in a transaction of its
-    own (concurrent first inserts inside the fetch transactions deadlock on MariaDB)."""
+    own (concurrent first inserts inside the fetch transactions deadlock on MariaDB).
+
+    ``under``: the scope's parent (a key's table), prepared first. When the parent's
+    row shows a fail-over (another primary wrote it, or one was detected on it) and
+    ``scope`` has no row, the row starts as written by the old primary: the key may have
+    been first fetched there within the replication lag, so its first fetch here must
+    detect the change and skip ahead. The cost: one skip for a key first fetched after a
+    fail-over (a key made by ``create`` gets its row with the key's).
+    """
+    if under is not None:
+        prepare(engine, under)
     with _READY_LOCK:
         if scope in _PREPARED.setdefault(engine, set()):
             return
@@ -161,9 +183,24 @@ def prepare(engine: Engine, scope: str) -> None:
         with engine.begin() as conn:
             me = primary_identity(conn)
             if me is not None:
-                _insert_if_absent(conn, scope, me)
+                old = None
+                if under is not None:
+                    above = conn.execute(select(t.c.writer, t.c.previous)
+                                         .where(t.c.scope == under)).first()
+                    old = None if above is None else (
+                        above[0] if above[0] != me else above[1])
+                _insert_if_absent(conn, scope, old or me)
     with _READY_LOCK:
         _PREPARED[engine].add(scope)
+
+
+def mark_written(conn: Connection, scope: str) -> None:
+    """In the transaction that creates what ``scope`` guards (a key's row): its marker
+    row too, so both reach a replica together and a fail-over after it is detected."""
+    if dialect_of(conn) in _IDENTITY:
+        me = primary_identity(conn)
+        if me is not None:
+            _insert_if_absent(conn, scope, me)
 
 
 def check_primary(conn: Connection, scope: str) -> PrimaryChange | None:

@@ -65,7 +65,7 @@ from flakekit.errors import (
     UnknownKeyError,
 )
 from flakekit.sql import failover, key_owner
-from flakekit.sql.durability import watch_for
+from flakekit.sql.durability import stall_cause, watch_for, with_stall_cause
 from flakekit.sql.schema import (
     Component,
     check_schema,
@@ -277,7 +277,13 @@ class SqlSegmentStore:
     def _backend_error(self, action: str, exc: BaseException) -> BackendError:
         orig = getattr(exc, "orig", None) or exc
         first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-        return BackendError(f"segment store {self.where}: {action} failed: {first}")
+        return BackendError(with_stall_cause(
+            self.engine, f"segment store {self.where}: {action} failed: {first}"))
+
+    def stall_cause(self) -> str | None:
+        """Why commits wait now (an away synchronous standby), without waiting: for the
+        generator's "did not answer within wait_budget"."""
+        return stall_cause(self.engine)
 
     # -- schema ---------------------------------------------------------------------------
     def has_table(self) -> bool:
@@ -400,7 +406,7 @@ class SqlSegmentStore:
         detect = failover.detection_ready(self.engine)
         if detect:
             try:
-                failover.prepare(self.engine, self._scope(key))
+                failover.prepare(self.engine, self._scope(key), under=self._table_scope)
             except SQLAlchemyError as exc:
                 raise self._translate(f"fetching a segment of key {key!r}", exc) from None
         change: failover.PrimaryChange | None = None
@@ -420,6 +426,7 @@ class SqlSegmentStore:
                         {"fk_key": key})
                     if change is not None:
                         self._skip_ahead(conn, key)
+                        failover.check_primary(conn, self._table_scope)  # keys after it
                 if floor and (not detect or change is not None or (
                         isinstance(current, int) and current < floor)):
                     raised = conn.execute(update(t).where(
@@ -456,6 +463,12 @@ class SqlSegmentStore:
 
     def _scope(self, key: str) -> str:
         return f"segments:{self.table_name}:{key}"[:255]
+
+    @property
+    def _table_scope(self) -> str:
+        """The table's marker: a key first fetched after a fail-over the table's row
+        shows skips ahead (:func:`flakekit.sql.failover.prepare`)."""
+        return f"segments:{self.table_name}"[:255]
 
     def _skip_ahead(self, conn: Connection, key: str) -> None:
         """After a detected fail-over: ``max_id`` past anything the old primary may have
@@ -653,6 +666,9 @@ class SqlSegmentStore:
         self.init_schema()
         t = self._table
         try:
+            detect = failover.detection_ready(self.engine)
+            if detect:
+                failover.prepare(self.engine, self._table_scope)
             with self.engine.begin() as conn:
                 conn.execute(
                     insert(t).values(
@@ -660,6 +676,8 @@ class SqlSegmentStore:
                         update_time=func.current_timestamp(),
                     )
                 )
+                if detect:  # a new key, not one first fetched after a fail-over
+                    failover.mark_written(conn, self._scope(key))
         except IntegrityError:
             row = self.info(key)
             now = f" (max_id {row[0].max_id}, step {row[0].step})" if row else ""

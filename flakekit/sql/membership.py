@@ -88,7 +88,9 @@ log = logging.getLogger("flakekit.cluster.sql")
 
 NS = 1_000_000_000
 MS = 1_000_000
-#: share of the lease kept as safety window when none is configured
+#: share of the lease kept as safety window when none is configured, and the least one
+#: configured: a claimer counts on every holder stopping ``(1 - SAFETY_SHARE) * lease``
+#: after the send of the renewal it read (``serve_share``)
 SAFETY_SHARE = 0.2
 #: the column sizes of flakekit_members (checked before any SQL runs)
 _LIMITS = {"cluster": 64, "node": 128, "advertise": 255}
@@ -146,7 +148,8 @@ class SqlMembership:
         engine: the backend's engine (owned by the backend pool; never disposed here).
         clock: deadlines are on its monotonic timeline.
         safety_window_ns: a lease ends this long before its row lapses on the database
-            clock (None: a fifth of the lease).
+            clock (None, or anything less: a fifth of the lease, which claimers count
+            on: ``serve_share``).
         create_schema: create the ``cluster`` tables at the first join if missing.
         lock_retry_s: how long a join retries lock waits that timed out.
     """
@@ -169,6 +172,11 @@ class SqlMembership:
     #: SQL has no change notification: nodes read the view row this often (seconds), so a
     #: planned hand-off takes about that long instead of up to a renewal interval
     view_poll_s = VIEW_POLL_S
+    #: a holder serves at most this share of its lease after the send of the renewal
+    #: that wrote its ``renewals`` (the safety window is at least the rest; checked at
+    #: the join): a claimer that first read that value waits this share plus a margin
+    #: from that read, not the whole lease (:func:`~flakekit.cluster.membership.lapse_wait_ns`)
+    serve_share = 1 - SAFETY_SHARE
 
     # -- naming ----------------------------------------------------------------------------
     @property
@@ -181,9 +189,10 @@ class SqlMembership:
         return self._lease_s / 3
 
     def _safety_ns(self, lease_ns: int) -> int:
+        least = -(-lease_ns * round(SAFETY_SHARE * 100) // 100)   # ceil: never below it
         if self.safety_window_ns is not None:
-            return self.safety_window_ns
-        return int(lease_ns * SAFETY_SHARE)
+            return max(self.safety_window_ns, least)
+        return least
 
     def _error(self, action: str, exc: BaseException) -> BackendError:
         return BackendError(f"cluster membership in {self.where}: {action} failed: "

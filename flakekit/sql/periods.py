@@ -16,6 +16,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from flakekit.errors import ConfigError
+from flakekit.sql import failover
 from flakekit.sql.dbclock import aware_utc, db_now, dialect_of
 from flakekit.values.periods import PERIOD_KEY, PeriodRule
 
@@ -59,9 +60,14 @@ def ensure_period_key(store: SqlSegmentStore, key: str, step: int, start: int,
     store.init_schema()
     t = store._table
     try:
+        detect = failover.detection_ready(store.engine)
+        if detect:
+            failover.prepare(store.engine, store._table_scope)
         with store.engine.begin() as conn:
             conn.execute(insert(t).values(biz_tag=key, max_id=start, step=step,
                                           description=description))
+            if detect:  # a new period's key, not one first fetched after a fail-over
+                failover.mark_written(conn, store._scope(key))
         return True
     except IntegrityError:
         pass

@@ -94,7 +94,7 @@ from flakekit.sql.dbclock import (
     retry_kind,
     retry_pause,
 )
-from flakekit.sql.durability import watch_for
+from flakekit.sql.durability import watch_for, with_stall_cause
 from flakekit.sql.schema import (
     WORKERS_COMPONENT,
     check_schema,
@@ -342,12 +342,13 @@ class SqlWorkerAllocator:
                     time.sleep(retry_pause(attempt))
                     continue
                 if kind == "lock":
-                    raise BackendError(self._stuck(stage[-1], lock_waits)) from None
+                    raise BackendError(with_stall_cause(
+                        self.engine, self._stuck(stage[-1], lock_waits))) from None
                 tried = (f" (after {attempt + 1} attempts in {self.lock_retry_s:g} s)"
                          if kind else "")
-                raise BackendError(
-                    f"cannot acquire a worker id for service {self.service!r} in "
-                    f"{describe_engine(self.engine)}{tried}: {db_message(exc)}"
+                raise BackendError(with_stall_cause(
+                    self.engine, f"cannot acquire a worker id for service {self.service!r} "
+                    f"in {describe_engine(self.engine)}{tried}: {db_message(exc)}")
                 ) from None
             finally:
                 for kind_, message, fields in alerts:  # after the transaction, not in it
@@ -378,7 +379,10 @@ class SqlWorkerAllocator:
 
     @property
     def _scope(self) -> str:
-        return f"workers:{self.service}"
+        """One marker for the registry of the database, not one per service: made at
+        the first grant ever, it is on a replica long before a service first used
+        within the replication lag (whose own marker would not be)."""
+        return failover.WORKERS_SCOPE
 
     def _failover_gate(self, conn: Connection) -> str | None:
         """In the acquire transaction: detect a fail-over, and while its quarantine runs
@@ -707,10 +711,9 @@ class SqlWorkerAllocator:
                     reasserted = self._reassert(conn, lease, current, bound)
                     done = 1
         except SQLAlchemyError as exc:
-            raise BackendError(
-                f"heartbeat of worker {lease.worker_id} ({self.service}) failed: "
-                f"{db_message(exc)}"
-            ) from None
+            raise BackendError(with_stall_cause(
+                self.engine, f"heartbeat of worker {lease.worker_id} ({self.service}) "
+                f"failed: {db_message(exc)}")) from None
         if change is not None:
             failover.announce(change, describe_engine(self.engine),
                               f"service {self.service!r}: grants are quarantined for "

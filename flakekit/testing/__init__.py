@@ -3,6 +3,7 @@
 The contract suites (``AllocatorContract``, ``SegmentStoreContract``) and the fixtures of
 the pytest plugin (``flakekit.testing.pytest_plugin``, opt-in: ``-p
 flakekit.testing.pytest_plugin``, no ``pytest11`` entry point) need pytest; the rest does not.
+Process drills: ``flakekit.testing.drills``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from flakekit.testing.clock import ManualClock
 from flakekit.testing.databases import free_port, fresh_database, listening, proxied
 from flakekit.testing.events import EventRecorder
 from flakekit.testing.proxy import TcpProxy
+from flakekit.testing.requests import lease_request
 from flakekit.testing.threads import assert_disjoint, assert_unique, in_threads
+from flakekit.testing.waiting import wait_until
 
 if TYPE_CHECKING:
     from flakekit.testing.allocator_contract import AllocatorContract
@@ -25,7 +28,7 @@ __all__ = [
     "AllocatorContract", "EventRecorder", "ManualClock", "MembershipContract",
     "SegmentStoreContract", "TcpProxy",
     "age_rows", "assert_disjoint", "assert_unique", "free_port", "fresh_database",
-    "in_threads", "listening", "proxied",
+    "in_threads", "lease_request", "listening", "proxied", "wait_until",
 ]
 
 _LAZY = {  # these import pytest

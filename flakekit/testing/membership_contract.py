@@ -31,6 +31,7 @@ import pytest
 from flakekit.cluster.membership import JoinRequest, MemberLease, Membership
 from flakekit.errors import BackendError, LeaseLostError
 from flakekit.testing.threads import in_threads
+from flakekit.testing.waiting import wait_until
 from flakekit.values.cluster import Member, View
 
 __all__ = ["MembershipContract"]
@@ -43,8 +44,16 @@ class MembershipContract:
 
     #: the lease the tests ask for, seconds (a store may grant another: the lease says)
     lease_s: float = 10.0
-    #: proposal rounds of the race test (two proposers on the same seen epoch each)
+    #: proposal rounds of the race test (``proposers`` on the same seen epoch each)
     race_rounds: int = 5
+    #: how many memberships race in each round of the race test
+    proposers: int = 2
+    #: the store calls a ``watch_view`` callback on a new view (False: a hint it may drop)
+    watch_calls_back: bool = False
+    #: seconds a new watch needs before it sees changes (a watch thread setting up)
+    watch_settle_s: float = 0.0
+    #: the address ``make_unreachable`` points at, named by its errors
+    unreachable_where: str = "127.0.0.1:1"
 
     # -- fixtures a binding may override ----------------------------------------------------
     @pytest.fixture
@@ -61,6 +70,12 @@ class MembershipContract:
     def pass_time(self) -> Callable[[float], None]:
         """``pass_time(seconds)``: let time go by on the memberships' clock."""
         return time.sleep
+
+    @pytest.fixture
+    def make_unreachable(self) -> MakeMembership:
+        """``make_unreachable()``: a membership whose store is at an address nothing
+        listens on, ``unreachable_where`` (override to run the one-line error tests)."""
+        pytest.skip("this binding has no unreachable store to point at")
 
     @pytest.fixture
     def expire(self) -> Callable[[str, MemberLease], None]:
@@ -283,9 +298,10 @@ class MembershipContract:
 
     def test_two_proposers_on_one_epoch_exactly_one_wins(self, make_membership: MakeMembership,
                                                          cluster: str) -> None:
-        """Round after round (the first view too), two proposers that saw the same epoch
-        race: exactly one wins, and the epochs grow by one per round."""
-        stores = [make_membership() for _ in range(2)]
+        """Round after round (the first view too), ``proposers`` clients that saw the same
+        epoch race: exactly one wins, every client then reads its view, and the epochs
+        grow by one per round."""
+        stores = [make_membership() for _ in range(self.proposers)]
         epochs = []
         for round_ in range(self.race_rounds):
             seen = stores[0].view(cluster).epoch
@@ -293,13 +309,36 @@ class MembershipContract:
             def propose(i: int, seen: int = seen, round_: int = round_) -> View | None:
                 return stores[i].propose(cluster, seen, [Member(f"n{i}-{round_}")])
 
-            got = in_threads(propose, 2)
+            got = in_threads(propose, self.proposers)
             won = [v for v in got if v is not None]
             assert len(won) == 1, got
             assert won[0].epoch == seen + 1
-            assert stores[1].view(cluster) == won[0]
+            assert all(s.view(cluster) == won[0] for s in stores)
             epochs.append(won[0].epoch)
         assert epochs == list(range(1, self.race_rounds + 1))
+
+    def test_free_running_proposers_never_share_an_epoch(self, make_membership: MakeMembership,
+                                                         cluster: str) -> None:
+        """Four clients read-then-propose as fast as they can: every epoch is won exactly
+        once, with no gaps, each client's epochs strictly increase, and the stored view
+        is the last winner's."""
+        stores = [make_membership() for _ in range(4)]
+        wins: list[list[View]] = [[] for _ in stores]
+
+        def run(i: int) -> None:
+            for _ in range(15):
+                seen = stores[i].view(cluster).epoch
+                view = stores[i].propose(cluster, seen, [Member(f"c{i}")])
+                if view is not None:
+                    wins[i].append(view)
+
+        in_threads(run, 4)
+        epochs = sorted(v.epoch for w in wins for v in w)
+        assert epochs == list(range(1, len(epochs) + 1)), epochs
+        for w in wins:
+            assert [v.epoch for v in w] == sorted({v.epoch for v in w})
+        last = max((v for w in wins for v in w), key=lambda v: v.epoch)
+        assert stores[0].view(cluster) == last
 
     def test_the_view_outlives_its_members(self, make_membership: MakeMembership,
                                            cluster: str) -> None:
@@ -336,6 +375,30 @@ class MembershipContract:
         membership.watch_view(cluster, lambda: None)
         membership.watch_view(cluster, None)
 
+    def test_the_watch_hints_and_a_dead_watch_still_learns_at_renewal(
+            self, make_membership: MakeMembership, cluster: str) -> None:
+        """Where the store calls back (``watch_calls_back``): the watch hears a new view;
+        once stopped it hears nothing, and the next renewal still reads the new epoch."""
+        self._skip_unless_watch()
+        membership, other = make_membership(), make_membership()
+        lease = membership.acquire(self.request(cluster))
+        calls: list[float] = []
+        membership.watch_view(cluster, lambda: calls.append(time.monotonic()))
+        time.sleep(self.watch_settle_s)   # the watch thread has created its watch
+        assert other.propose(cluster, 0, [Member("x")]) is not None
+        wait_until(lambda: calls, 5, what="the watch callback")
+        assert membership.renew(lease, 0).view_epoch == 1
+        membership.watch_view(cluster, None)
+        heard = len(calls)
+        assert other.propose(cluster, 1, [Member("y")]) is not None
+        time.sleep(0.3)   # nothing may arrive: a wait for silence cannot poll
+        assert len(calls) == heard
+        assert membership.renew(lease, 0).view_epoch == 2
+
+    def _skip_unless_watch(self) -> None:
+        if not self.watch_calls_back:
+            pytest.skip("this store's watch_view is a hint it may drop (no callback)")
+
     def test_bad_input_is_refused_before_the_store(self, make_membership: MakeMembership,
                                                    cluster: str) -> None:
         """A view listing a node twice, or a negative seen epoch, is a ValueError."""
@@ -345,6 +408,40 @@ class MembershipContract:
         with pytest.raises(ValueError):
             membership.propose(cluster, -1, [Member("a")])
         assert membership.view(cluster).epoch == 0
+
+    def test_an_unreachable_store_fails_in_one_line(self, make_unreachable: MakeMembership,
+                                                    cluster: str) -> None:
+        """Join, view, members and propose against a store nobody answers at: one
+        BackendError line naming the address; after close, one naming the close."""
+        membership = make_unreachable()
+        try:
+            for call in (lambda: membership.acquire(self.request(cluster)),
+                         lambda: membership.view(cluster),
+                         lambda: membership.members(cluster),
+                         lambda: membership.propose(cluster, 0, [Member("a")])):
+                with pytest.raises(BackendError) as caught:
+                    call()
+                message = str(caught.value)
+                assert self.unreachable_where in message and "\n" not in message, message
+        finally:
+            membership.close()
+        with pytest.raises(BackendError, match="closed"):
+            membership.view(cluster)
+
+    def test_bad_names_are_refused_before_the_store(self, make_unreachable: MakeMembership
+                                                    ) -> None:
+        """A cluster or node name the store cannot hold, or a weight out of range, is a
+        ValueError naming the field, raised before any call (the store is unreachable)."""
+        membership = make_unreachable()
+        try:
+            with pytest.raises(ValueError, match="cluster"):
+                membership.view("a/b")
+            with pytest.raises(ValueError, match="node"):
+                membership.acquire(JoinRequest("c", Member("x/y"), 4.0))
+            with pytest.raises(ValueError, match="weight"):
+                membership.acquire(JoinRequest("c", Member("x", weight=0), 4.0))
+        finally:
+            membership.close()
 
     def test_close_is_idempotent(self, make_membership: MakeMembership, cluster: str) -> None:
         membership = make_membership()

@@ -25,7 +25,14 @@ from typing import Any
 
 import attrs
 
-from flakekit.cluster.membership import JoinRequest, KeyClaim, KeyOwnerRecord, MemberLease
+from flakekit.cluster.membership import (
+    JoinRequest,
+    KeyClaim,
+    KeyOwnerRecord,
+    MemberLease,
+    check_key_segment,
+    proposed_members,
+)
 from flakekit.errors import BackendError, FenceError, LeaseLostError, UnknownKeyError
 from flakekit.values.allocation import Allocation
 from flakekit.values.cluster import Member, MemberInfo, View
@@ -260,12 +267,15 @@ class MemoryMembership:
             return s._view(cluster)
 
     def propose(self, cluster: str, seen_epoch: int, members: Sequence[Member]) -> View | None:
+        if isinstance(seen_epoch, bool) or not isinstance(seen_epoch, int) or seen_epoch < 0:
+            raise ValueError(f"seen_epoch must be an integer from 0, got {seen_epoch!r}")
+        ordered = proposed_members(members, check_key_segment)   # as the real stores vet
         s = self.store
         with s._lock:
             self._check()
             if s._view(cluster).epoch != seen_epoch:
                 return None
-            view = View(cluster, seen_epoch + 1, tuple(sorted(members)),
+            view = View(cluster, seen_epoch + 1, tuple(ordered),
                         s.clock.time_ns() // 1_000_000)
             s._views[cluster] = view
             watchers = [cb for (c, _), cb in s._watchers.items() if c == cluster]
@@ -278,7 +288,7 @@ class MemoryMembership:
         with s._lock:
             self._check()
             rec = s._members.get((cluster, node))
-            if rec is None:
+            if rec is None or rec.left:   # a member that left has no lease to mark
                 return False
             rec.draining = draining
             return True

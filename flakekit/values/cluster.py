@@ -57,10 +57,12 @@ class MemberInfo:
     once lapsed); ``holder`` names the process incarnation holding the record;
     ``lease_ms`` is the lease the member holds (a new owner of a crashed member's keys
     waits at least that long, whatever its own lease is). ``version`` changes at every
-    renewal of the record (SQL: the ``renewals`` counter); None where a renewal writes
-    nothing to the record (ZooKeeper, etcd): a claimer that sees the same ``(holder,
-    incarnation, version)`` for a lease plus a margin on its *own* monotonic clock knows
-    the holder's deadline has passed, whatever the store's wall clock says.
+    renewal of the record (SQL: the ``renewals`` counter; ZooKeeper and etcd: the member
+    znode's or key's version); None where a renewal writes nothing to the record: a
+    claimer that sees the same ``(holder, incarnation, version)`` since its first read of
+    it for the share of the lease a holder serves after a renewal plus a margin
+    (``lapse_wait_ns``) on its *own* monotonic clock knows the holder's deadline has
+    passed, whatever the store's wall clock says.
     ``config_digest`` is the member's strict-key config as published at its join
     (:mod:`flakekit.cluster.agreement`; "" when the store keeps none).
     """

@@ -23,9 +23,13 @@ naming that holder (and our lease is revoked). The deadline counts from the *sen
 of the grant.
 
 Renew = one ``lease keepalive`` (TTL <= 0 in the answer: LeaseLostError at once), then,
-right after, a read-only transaction that checks the member key is still ours (create
-revision = the incarnation, lease = ours) and reads the view, so a member whose watch
-died learns of a new view within one renewal interval (a third of the TTL). The new
+right after, a transaction that checks the member key is still ours (create revision =
+the incarnation, lease = ours) and reads it, and one that writes it back unchanged
+(fenced on its mod revision; its ``version`` moves: a claimer that reads it unchanged
+for the share of the TTL a holder serves after a renewal, plus a margin, on its own
+clock, knows the holder stopped; issue 24) and reads the view in the same
+transaction, so a member whose watch died learns of a new view within one renewal
+interval (a third of the TTL). The new
 deadline is the keep-alive's send time + the TTL the server answered - the safety window,
 on the monotonic clock: an etcd lease can outlive its TTL (a new leader re-arms it,
 etcd #9395) or vanish early, so nothing here computes another member's fate from local
@@ -193,8 +197,9 @@ class EtcdMembership:
             at least 2 s); etcd may grant more, and the lease says what was granted.
         connect_timeout_s: the longest any call waits (renewals: a sixth of the TTL, at
             least 0.5 s, so keep-alive and read fit in a renewal interval).
-        safety_window_ns: a member stops this long before its lease could end (None: a
-            fifth of the TTL; less than half of it).
+        safety_window_ns: a member stops this long before its lease could end (None, or
+            anything less: a fifth of the TTL, which claimers count on: ``serve_share``;
+            less than half of it).
         username, password: etcd's auth, both or neither.
         watch: whether ``watch_view`` starts an etcd watch (a hint only).
     """
@@ -203,6 +208,15 @@ class EtcdMembership:
     lease_granularity: ClassVar[float] = 1.0
     #: a lapsed record proves nothing: etcd leases can vanish early under a stuck leader
     lapse_means_stopped: ClassVar[bool] = False
+    #: a holder serves at most this share of its TTL after the send of the keep-alive
+    #: before the renewal that wrote its key's version (the safety window is at least the
+    #: rest): a claimer that first read that version waits this share plus a margin from
+    #: that read, whatever etcd does with the lease (re-armed by a new leader, or gone
+    #: early under a stuck one; issue 24)
+    serve_share: ClassVar[float] = 0.8
+    #: nodes read the view and the members this often (seconds), so every renewal is
+    #: first read within that time of its write (the view watch stays a hint)
+    view_poll_s: ClassVar[float] = 0.25
 
     endpoints: str
     clock: Clock
@@ -245,9 +259,10 @@ class EtcdMembership:
         return self._granted_s / 3
 
     def _safety_ns(self, ttl_ns: int) -> int:
+        least = -(-ttl_ns // 5)   # a fifth, never less: claimers count on it (serve_share)
         if self.safety_window_ns is not None:
-            return self.safety_window_ns
-        return ttl_ns // 5
+            return max(self.safety_window_ns, least)
+        return least
 
     def _op_timeout(self, ttl_s: float) -> float:
         return min(self.connect_timeout_s, max(0.5, ttl_s / 6))
@@ -408,9 +423,22 @@ class EtcdMembership:
                 f"member {node!r} of cluster {cluster!r}: the etcd lease 0x{held.lease_id:x} "
                 "expired or was revoked (keepalive answered TTL <= 0)")
         mkey = self.member_key(cluster, node)
+        ours = [_created(mkey, lease.epoch), _leased(mkey, held.lease_id)]
         try:
-            body = self._txn([_created(mkey, lease.epoch), _leased(mkey, held.lease_id)],
-                             [_get(self.view_key(cluster))], [_get(mkey)], timeout)
+            body = self._txn(ours, [_get(mkey)], [_get(mkey)], timeout)
+            kv = _kv(body, 0)
+            if body.get("succeeded") and kv is not None:
+                # the renewal is written (the key's version moves: what a claimer times,
+                # on its own clock, from its first read of it); the view is read in the
+                # same transaction, so a write that lands late never extends past a view
+                # it did not read. Fenced on the value read (set_draining may write too)
+                wrote = self._txn([*ours, _modified(mkey, _int(kv.get("mod_revision")))],
+                                  [_put(mkey, _unb64(kv.get("value")), lease=held.lease_id),
+                                   _get(self.view_key(cluster))], [], timeout)
+                if not wrote.get("succeeded"):
+                    raise BackendError("the member key changed under the renewal (a drain "
+                                       "mark?); renewed at the next interval")
+                body = {"succeeded": True, "responses": wrote.get("responses", [])[1:]}
         except (BackendError, LeaseLostError) as exc:
             raise self._error(f"renewing member {node!r}", exc) from None
         if not body.get("succeeded"):
@@ -522,15 +550,20 @@ class EtcdMembership:
                     expires = lease_ms if ttl is None else ttl * 1000
                 out.append(MemberInfo(_member_of(node, raw), state, str(raw.get("holder", "")),
                                       _int(kv.get("create_revision")), expires, lease_ms,
+                                      version=_int(kv.get("version")),
                                       config_digest=str(raw.get("config_digest", ""))))
                 continue
             entry = roster[node]
             raw = _load(entry)
             left = raw.get("state") == "left"
             incarnation = _int(raw.get("incarnation")) or _int(entry.get("mod_revision"))
+            # version 0: no renewal can follow (its member key is gone, and every renewal
+            # is conditioned on it), and each one wrote that key before it was deleted,
+            # so the holder's deadline is at most serve_share after a first read of this
+            # (a claimer's fallback when etcd deleted the key before its proof completed)
             out.append(MemberInfo(_member_of(node, raw), "left" if left else "lapsed",
                                   str(raw.get("holder", "")), incarnation, 0,
-                                  _int(raw.get("lease_ms"))))
+                                  _int(raw.get("lease_ms")), version=0))
         return out
 
     def _ttl_left(self, lease: int) -> int | None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+
+from flakekit.testing.services import read_env, script_service, shared_or_own
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -17,17 +18,6 @@ SCRIPT = REPO / "scripts" / "etcd.sh"
 SVC = Path(os.environ.get("FLAKEKIT_SVC_DIR", "/tmp/flakekit-svc"))
 
 sys.path.insert(0, str(HERE))
-
-
-def read_env(svc: Path) -> dict[str, str]:
-    out = {}
-    try:
-        for line in (svc / "env").read_text().splitlines():
-            key, _, value = line.partition("=")
-            out[key] = value
-    except FileNotFoundError:
-        pass
-    return out
 
 
 def _can_install() -> bool:
@@ -39,24 +29,12 @@ def etcd_endpoints(tmp_path_factory: pytest.TempPathFactory):
     """ETCD_ENDPOINTS from the environment (scripts/test.sh exports it) or the env file,
     else a single member of this test session's own (scripts/etcd.sh start/stop)."""
     endpoints = os.environ.get("ETCD_ENDPOINTS") or read_env(SVC).get("ETCD_ENDPOINTS")
-    if endpoints:
-        os.environ["ETCD_ENDPOINTS"] = endpoints
-        yield endpoints
-        return
-    if not _can_install():
+    if not endpoints and not _can_install():
         pytest.skip("etcd is not installed and cannot be (needs root and apt-get): "
                     "run `bash scripts/etcd.sh start`")
-    svc = tmp_path_factory.mktemp("etcd-single")
-    env = {**os.environ, "FLAKEKIT_SVC_DIR": str(svc)}
-    subprocess.run(["bash", str(SCRIPT), "start"], check=True, timeout=300, env=env)
-    endpoints = read_env(svc).get("ETCD_ENDPOINTS", "")
-    assert endpoints, "scripts/etcd.sh start wrote no ETCD_ENDPOINTS"
-    os.environ["ETCD_ENDPOINTS"] = endpoints
-    try:
+    with shared_or_own("ETCD_ENDPOINTS", endpoints, SCRIPT,
+                       tmp_path_factory.mktemp("etcd-single")) as endpoints:
         yield endpoints
-    finally:
-        os.environ.pop("ETCD_ENDPOINTS", None)
-        subprocess.run(["bash", str(SCRIPT), "stop"], check=False, timeout=60, env=env)
 
 
 @pytest.fixture(scope="session")
@@ -64,12 +42,9 @@ def etcd_cluster(etcd_endpoints: str, tmp_path_factory: pytest.TempPathFactory):
     """A 3-member cluster on loopback of this session's own: ``(endpoints, service dir)``
     (its own service dir, so no other run can stop it mid-drill)."""
     svc = tmp_path_factory.mktemp("etcd-svc")
-    env = {**os.environ, "FLAKEKIT_SVC_DIR": str(svc)}
-    subprocess.run(["bash", str(SCRIPT), "cluster-start"], check=True, timeout=300, env=env)
-    endpoints = read_env(svc).get("ETCD_CLUSTER_ENDPOINTS", "")
-    assert endpoints
-    yield endpoints, svc
-    subprocess.run(["bash", str(SCRIPT), "cluster-stop"], check=False, timeout=60, env=env)
+    with script_service(SCRIPT, svc, "cluster-start", "cluster-stop",
+                        "ETCD_CLUSTER_ENDPOINTS") as endpoints:
+        yield endpoints, svc
 
 
 @pytest.fixture

@@ -13,16 +13,16 @@ import threading
 from pathlib import Path
 
 import pytest
-from etcdhelpers import allocator, etcdctl
+from etcdhelpers import SCRIPT, allocator, etcdctl
 from flakekit_etcd import EtcdSettings
 from flakekit_etcd.errors import EtcdAuthError, EtcdVersionError
 
-from conftest import SCRIPT, read_env
 from flakekit.errors import BackendError
 from flakekit.leases.lease import LeaseRequest
 from flakekit.plugin import FieldError
 from flakekit.testing import free_port
 from flakekit.testing.cli import run_cli
+from flakekit.testing.services import read_env
 
 
 @pytest.mark.parametrize(("table", "field"), [

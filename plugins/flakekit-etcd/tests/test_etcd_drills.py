@@ -15,17 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from etcdhelpers import (
-    etcdctl,
-    generator,
+from etcdhelpers import etcdctl, generator
+
+from flakekit.errors import FlakekitError, LeaseError
+from flakekit.testing.drills import (
     parse_ids,
+    pause_past_the_lease,
     read_until,
     spawn,
     tiny_layout,
     write_config,
 )
-
-from flakekit.errors import FlakekitError, LeaseError
 
 pytestmark = pytest.mark.slow
 
@@ -87,34 +87,12 @@ def test_sigstop_past_the_ttl_no_duplicate(tmp_path, etcd_endpoints, ns):
     cfg = write_config(tmp_path, ns, _table(etcd_endpoints), layout="tiny")
     holder = generator(ns, tiny_layout(), endpoints=etcd_endpoints, ttl="2s", quarantine=0)
     holder.start()  # takes worker 0, so the two processes must share worker 1
-    a = spawn(cfg, ns)
-    a_lease = read_until(a, "LEASE ").split()
-    assert a_lease[1] == "1"
-    time.sleep(0.3)
-    stopped_at = time.monotonic_ns()
-    os.kill(a.pid, signal.SIGSTOP)
-    b = spawn(cfg, ns, "--retry-exhausted", "--seconds", "1.5")
     try:
-        b_lease = read_until(b, "LEASE ", timeout=30).split()
-        b_out = b.communicate(timeout=30)[0]
+        run = pause_past_the_lease(cfg, ns)
     finally:
-        resumed_at = time.monotonic_ns()
-        os.kill(a.pid, signal.SIGCONT)
-    a_out = a.communicate(timeout=30)[0]
-    holder.close()
-    assert b_lease[1] == "1" and int(b_lease[2]) > int(a_lease[2])   # same id, later epoch
-    claimed_at = int(b_lease[3])
-    a_ids, b_ids = parse_ids(a_out), parse_ids(b_out)
-    assert a_ids and b_ids
-    assert "ERR Lease" in a_out, a_out[-500:]
-    assert max(t for _, t in a_ids) < stopped_at          # nothing after the resume
-    assert claimed_at - stopped_at >= 2.0e9                # not before the lease could end
-    ids = [i for i, _ in a_ids + b_ids]
-    assert len(ids) == len(set(ids))
-    err_at = int(a_out.split("ERR ")[1].split()[1])
-    print(f"\nSIGSTOP drill: B claimed worker 1 {(claimed_at - stopped_at) / 1e9:.2f} s after "
-          f"the pause; A refused {(err_at - resumed_at) / 1e6:.1f} ms after SIGCONT; "
-          f"{len(a_ids)} + {len(b_ids)} IDs, no duplicate")
+        holder.close()
+    assert int(run.b_lease[2]) > int(run.a_lease[2])         # same id, later epoch
+    assert run.claimed_at - run.stopped_at >= 2.0e9          # not before the lease could end
 
 
 def _leader(endpoints: str) -> tuple[str, int]:

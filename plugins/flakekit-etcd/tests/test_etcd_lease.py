@@ -10,13 +10,9 @@ import pytest
 from etcdhelpers import allocator, etcdctl, generator
 
 from flakekit.errors import LeaseError, LeaseLostError, WorkerExhaustedError
-from flakekit.leases.lease import LeaseRequest
+from flakekit.testing.requests import lease_request as req
 
 FAST = {"ttl": "3s", "connect_timeout": "5s"}
-
-
-def req(max_worker_id=1023):
-    return LeaseRequest("t", max_worker_id, "10.9.8.7", 8080)
 
 
 def kv(endpoints: str, key: str) -> dict | None:

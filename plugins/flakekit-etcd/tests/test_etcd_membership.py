@@ -15,16 +15,15 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from etcdhelpers import etcdctl
+from etcdhelpers import SCRIPT, etcdctl
 from flakekit_etcd import EtcdMembershipSettings
 from flakekit_etcd.membership import EtcdMembership
 
-from conftest import SCRIPT, read_env
 from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, MemberTarget
@@ -33,21 +32,12 @@ from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostErro
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import MembershipContract, TcpProxy
-from flakekit.testing.threads import in_threads
+from flakekit.testing.services import read_env
+from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
-from flakekit.values.cluster import Member, View
+from flakekit.values.cluster import Member
 
 NS = 1_000_000_000
-
-
-def wait_until(test: Callable[[], Any], timeout: float = 10.0) -> Any:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = test()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"not within {timeout} s: {test}")
 
 
 def get_json(endpoints: str, key: str) -> dict[str, Any] | None:
@@ -95,7 +85,17 @@ class TestEtcdMembershipContract(MembershipContract):
     """Each membership grants its own leases; ``expire`` revokes the holder's lease with
     etcdctl, as if it had run out after a crash."""
 
+    proposers = 4        # several clients on each round of the CAS race
+    race_rounds = 8
+    watch_calls_back = True
+    watch_settle_s = 0.3   # the watch thread creates its watch
+
     lease_s = 10.0
+
+    @pytest.fixture
+    def make_unreachable(self, closing):
+        return lambda: closing(EtcdMembership(self.unreachable_where, MonotonicClock(),
+                                      connect_timeout_s=0.5))
 
     @pytest.fixture
     def make_membership(self, make):
@@ -281,63 +281,7 @@ def test_processes_joining_one_node_at_once_admit_one(etcd_endpoints, root, ns):
                for r in refused), refused
 
 
-def test_cas_proposals_from_several_clients(make, ns):
-    """Four clients propose in rounds from the epoch each read: exactly one wins each
-    round, epochs go up by one per round."""
-    stores = [make() for _ in range(4)]
-    for round_ in range(8):
-        seen = stores[0].view(ns).epoch
-        got = in_threads(lambda i, seen=seen, r=round_: stores[i].propose(
-            ns, seen, [Member(f"c{i}-{r}")]), 4)
-        won = [v for v in got if v is not None]
-        assert len(won) == 1 and won[0].epoch == seen + 1, got
-        assert all(s.view(ns) == won[0] for s in stores)
-    assert stores[0].view(ns).epoch == 8
-
-
-def test_free_running_proposers_never_share_an_epoch(make, ns):
-    """Four clients read-then-propose as fast as they can: every epoch is won exactly
-    once, with no gaps, each client's epochs strictly increase, the stored view is the
-    last winner's."""
-    stores = [make() for _ in range(4)]
-    wins: list[list[View]] = [[] for _ in stores]
-
-    def run(i: int) -> None:
-        for _ in range(15):
-            seen = stores[i].view(ns).epoch
-            view = stores[i].propose(ns, seen, [Member(f"c{i}")])
-            if view is not None:
-                wins[i].append(view)
-
-    in_threads(run, 4)
-    epochs = sorted(v.epoch for w in wins for v in w)
-    assert epochs == list(range(1, len(epochs) + 1)), epochs
-    for w in wins:
-        assert [v.epoch for v in w] == sorted({v.epoch for v in w})
-    last = max((v for w in wins for v in w), key=lambda v: v.epoch)
-    assert stores[0].view(ns) == last
-
-
 # -- the view watch: a hint ---------------------------------------------------------------------
-def test_the_watch_hints_and_a_dead_watch_still_learns_at_renewal(make, ns):
-    """The watch calls back on a new view; once it is gone, the callback hears nothing,
-    and the next renewal still reads the new epoch."""
-    m, other = make(), make()
-    lease = m.acquire(request(ns))
-    calls: list[float] = []
-    m.watch_view(ns, lambda: calls.append(time.monotonic()))
-    time.sleep(0.3)   # the watch thread has created its watch
-    assert other.propose(ns, 0, [Member("x")]) is not None
-    wait_until(lambda: calls, 5)
-    assert m.renew(lease, 0).view_epoch == 1
-    m.watch_view(ns, None)
-    heard = len(calls)
-    assert other.propose(ns, 1, [Member("y")]) is not None
-    time.sleep(0.3)
-    assert len(calls) == heard
-    assert m.renew(lease, 0).view_epoch == 2
-
-
 def test_watch_off_starts_no_watch(make, ns):
     m, other = make(watch=False), make()
     lease = m.acquire(request(ns))
@@ -445,32 +389,6 @@ def test_leader_change_is_no_false_loss(own_cluster):
 
 
 # -- errors and registration --------------------------------------------------------------------
-def test_unreachable_endpoints_fail_in_one_line():
-    m = EtcdMembership("127.0.0.1:1", MonotonicClock(), connect_timeout_s=0.5)
-    try:
-        for call in (lambda: m.acquire(request("c")), lambda: m.view("c"),
-                     lambda: m.members("c"), lambda: m.propose("c", 0, [Member("a")])):
-            with pytest.raises(BackendError) as caught:
-                call()
-            message = str(caught.value)
-            assert "127.0.0.1:1" in message and "\n" not in message, message
-    finally:
-        m.close()
-    with pytest.raises(BackendError, match="closed"):
-        m.view("c")
-
-
-def test_bad_names_are_refused_before_etcd():
-    m = EtcdMembership("127.0.0.1:1", MonotonicClock(), connect_timeout_s=0.5)
-    with pytest.raises(ValueError, match="cluster"):
-        m.view("a/b")
-    with pytest.raises(ValueError, match="node"):
-        m.acquire(JoinRequest("c", Member("x/y"), 4.0))
-    with pytest.raises(ValueError, match="weight"):
-        m.acquire(JoinRequest("c", Member("x", weight=0), 4.0))
-    m.close()
-
-
 def _config(membership: dict[str, Any], lease: str = "10s"):
     return parse_config({
         "backends": {"default": {"url": "sqlite:///ids.db"}},
@@ -553,3 +471,23 @@ def test_watch_threads_end(make, ns):
     m.close()
     wait_until(lambda: not any(t.name == f"flakekit-etcd-view-{ns}" and t.is_alive()
                                for t in threading.enumerate()), 5)
+
+
+def test_a_renewal_moves_the_member_version_and_reads_the_view_in_the_same_write(make, ns):
+    """Every renewal writes the member key back (``MemberInfo.version`` moves: what a
+    claimer times from its first read), keeping a drain mark and its lease; the
+    holder's deadline is at most ``serve_share`` of the TTL after the renewal's send,
+    whatever safety window was configured (issue 24)."""
+    m, other = make(safety_window_ns=1), make()
+    lease = m.acquire(request(ns, lease_s=3.0))
+    first = other.members(ns)[0]
+    renewed = m.renew(lease, 0)   # its send was before now
+    assert renewed.deadline_ns <= m.clock.monotonic_ns() + m.serve_share * lease.ttl * 1e9
+    assert other.members(ns)[0].version == first.version + 1
+    assert other.set_draining(ns, "n1", True)
+    assert other.propose(ns, 0, [Member("x")]) is not None
+    again = m.renew(renewed, 0)
+    after = other.members(ns)[0]
+    assert after.state == "draining" and after.version == first.version + 3
+    assert after.fingerprint[:2] == first.fingerprint[:2]
+    assert again.view_epoch == 1

@@ -4,6 +4,7 @@ where a test asks for one)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -160,6 +161,19 @@ def start_server(tmp_path) -> Iterator[Any]:
 
     yield start
     for server in servers:
+        server.stop()
+
+
+@contextlib.contextmanager
+def invoice_server(tmp: Path) -> Iterator[Server]:
+    """A `flakekit serve` on SQLite in ``tmp``: snowflake 'orders', segment 'invoices' (key
+    invoice, step 100); stopped on exit."""
+    url = f"sqlite:///{tmp / 'ids.db'}"
+    create_keys(url, {"invoice": 100})
+    server = Server(write_config(tmp / "flakekit.toml", url), tmp=tmp)
+    try:
+        yield server
+    finally:
         server.stop()
 
 

@@ -7,7 +7,7 @@ import signal
 import time
 
 import pytest
-from server_testing import Server, create_keys, write_config
+from server_testing import Server, create_keys, invoice_server, write_config
 from test_client import base, free_port
 
 from flakekit.aio_client import AsyncClient
@@ -23,12 +23,9 @@ pytestmark = pytest.mark.services
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("aio-client")
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    server = Server(write_config(tmp / "flakekit.toml", url), tmp=tmp)
-    yield server
-    server.stop()
+    """snowflake 'orders', segment 'invoices' (key invoice, step 100)."""
+    with invoice_server(tmp_path_factory.mktemp("aio-client")) as server:
+        yield server
 
 
 def run(coro):

@@ -8,7 +8,7 @@ import socket
 import time
 
 import pytest
-from server_testing import Server, create_keys, write_config
+from server_testing import Server, create_keys, invoice_server, write_config
 
 from flakekit.client import Client
 from flakekit.errors import (
@@ -24,12 +24,8 @@ pytestmark = pytest.mark.services
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """snowflake 'orders', segment 'invoices' (key invoice, step 100)."""
-    tmp = tmp_path_factory.mktemp("client")
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    server = Server(write_config(tmp / "flakekit.toml", url), tmp=tmp)
-    yield server
-    server.stop()
+    with invoice_server(tmp_path_factory.mktemp("client")) as server:
+        yield server
 
 
 def base(server: Server) -> str:

@@ -21,8 +21,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import attrs
 import pytest
 from cluster_testing import (
     STRICT_KEY,
@@ -305,11 +306,29 @@ def test_plain_leaf_client_round_robin_through_handoff(cluster):
 
 
 # -- 1. SIGSTOP the owner past its lease, then SIGCONT ------------------------------------
-def test_paused_owner_wakes_without_stale_ids(cluster):
-    """Drill 1 (Kleppmann's paused process): SIGSTOP the owner past its lease; the others
-    take the key over and serve; requests sent to the paused node meanwhile wait in its
-    socket; SIGCONT: what the woken node answers is a refusal, a forward, or an ID larger
-    than everything served before it woke (never its old segment)."""
+@attrs.frozen
+class Paused:
+    """What a paused-owner drill saw (times: monotonic ns)."""
+
+    owner: Node
+    new: Node
+    back: Node
+    old_epoch: int
+    t_pause: int
+    t_new: int
+    t_resume: int
+    during: list[Record]
+    woken: list[Record]
+    served_before: int
+
+
+def paused_owner(cluster: Cluster, before_pause: Callable[[Node], None],
+                 resume_after_s: float) -> Paused:
+    """SIGSTOP the key's owner once ``before_pause(owner)`` returns, wait until another
+    node serves the key, SIGCONT ``resume_after_s`` later; clients ask the others all
+    along and the paused node from the pause on (they wait in its socket). Asserts the
+    refusals, I1 and I2 over everything, and that the woken node answered nothing at or
+    under what was served before it woke, nor under the old owner epoch."""
     owner = settled(cluster)
     i = cluster.index(owner)
     others = cluster.others(owner)
@@ -317,14 +336,15 @@ def test_paused_owner_wakes_without_stale_ids(cluster):
     old_epoch = max(r.epoch or 0 for r in before)
     recorder = Recorder(others, clients=4).start()
     time.sleep(0.3)
+    before_pause(owner)
     t_pause = time.monotonic_ns()
     cluster.pause(i)
-    new = cluster.wait_serving(timeout=90, members=2, among=others)
-    t_new = first_ok_after(recorder.records, t_pause, old_epoch) or time.monotonic_ns()
     woken = Recorder([owner], clients=3).start()   # these wait in the paused node's socket
-    time.sleep(1.0)
+    new = cluster.wait_serving(timeout=90, members=2, among=others)
+    time.sleep(resume_after_s)
     t_resume = time.monotonic_ns()
     cluster.resume(i)
+    t_new = first_ok_after(recorder.records, t_pause, old_epoch) or t_resume
     time.sleep(3.0)
     woken_records = keep(woken.stop())
     back = settled(cluster)
@@ -337,14 +357,60 @@ def test_paused_owner_wakes_without_stale_ids(cluster):
     served_before = max(r.id for r in records if r.id is not None and r.end < t_resume)
     stale = [r for r in woken_records if r.id is not None and r.id <= served_before]
     assert not stale, stale[:3]
-    assert all((r.epoch or 0) > old_epoch for r in woken_records if r.id is not None)
-    assert back is owner      # HRW gives it its key again once it is back in the view
-    print(f"\nDRILL 1 SIGSTOP owner {owner.name}: {new.name} served after "
-          f"{ms(t_new - t_pause)} ms (lease {LEASE_S:g} s + debounce + lease + margin); "
-          f"key unavailable {unavailable_ms(during, t_pause)} ms; after SIGCONT the woken "
-          f"node answered {sum(r.id is not None for r in woken_records)} IDs (all > "
-          f"{served_before}, epoch > {old_epoch}) and "
-          f"{sum(r.status == 503 for r in woken_records)} 503s; no stale ID")
+    old = [r for r in woken_records if r.id is not None and (r.epoch or 0) <= old_epoch]
+    assert not old, old[:3]
+    return Paused(owner, new, back, old_epoch, t_pause, t_new, t_resume, during,
+                  woken_records, served_before)
+
+
+def test_paused_owner_wakes_without_stale_ids(cluster):
+    """Drill 1 (Kleppmann's paused process): SIGSTOP the owner past its lease; the others
+    take the key over and serve; requests sent to the paused node meanwhile wait in its
+    socket; SIGCONT: what the woken node answers is a refusal, a forward, or an ID larger
+    than everything served before it woke (never its old segment)."""
+    got = paused_owner(cluster, lambda owner: None, resume_after_s=1.0)
+    assert got.back is got.owner   # HRW gives it its key again once it is back in the view
+    print(f"\nDRILL 1 SIGSTOP owner {got.owner.name}: {got.new.name} served after "
+          f"{ms(got.t_new - got.t_pause)} ms (0.8 x lease + margin after its last "
+          f"renewal); key unavailable {unavailable_ms(got.during, got.t_pause)} ms; after "
+          f"SIGCONT the woken node answered {sum(r.id is not None for r in got.woken)} IDs "
+          f"(all > {got.served_before}, epoch > {got.old_epoch}) and "
+          f"{sum(r.status == 503 for r in got.woken)} 503s; no stale ID")
+
+
+# -- 1b. SIGSTOP the owner right after a renewal's COMMIT, SIGCONT once the key moved ----
+def test_owner_paused_right_after_a_renewal_never_serves_after_the_takeover(cluster):
+    """The edge of the crash hand-off's proof (issue 24): the claimer counts from its
+    first read of the owner's renewal counter, and waits only the share of the lease the
+    owner serves after that renewal's send (plus a margin). SIGSTOP the owner as soon as
+    a renewal of it is committed, so its deadline is as late as it can be; SIGCONT the
+    moment another node serves the key: the woken owner's own deadline has passed, so
+    what it answers is a refusal, a forward, or an ID under the new owner's epoch --
+    never one under its old claim."""
+    from sqlalchemy import create_engine, text
+
+    def right_after_a_renewal(owner: Node) -> None:
+        engine = create_engine(cluster.url)
+        query = text("SELECT renewals FROM flakekit_members WHERE node = :n")
+        try:
+            with engine.connect() as conn:
+                seen = conn.execute(query, {"n": owner.name}).scalar()
+                give_up = time.monotonic() + 3 * LEASE_S
+                while time.monotonic() < give_up:
+                    conn.rollback()   # a fresh snapshot each read (MariaDB's REPEATABLE READ)
+                    if conn.execute(query, {"n": owner.name}).scalar() != seen:
+                        return
+                    time.sleep(0.002)
+                raise AssertionError(f"no renewal of {owner.name} in {3 * LEASE_S:g} s")
+        finally:
+            engine.dispose()
+
+    got = paused_owner(cluster, right_after_a_renewal, resume_after_s=0.0)
+    print(f"\nDRILL 1b SIGSTOP owner {got.owner.name} right after a renewal: "
+          f"{got.new.name} served after {ms(got.t_new - got.t_pause)} ms; SIGCONT "
+          f"{ms(got.t_resume - got.t_pause)} ms after the pause; the woken node answered "
+          f"{sum(r.id is not None for r in got.woken)} IDs (all epoch > {got.old_epoch}) "
+          f"and {sum(r.status == 503 for r in got.woken)} 503s; nothing under its old claim")
 
 
 # -- 7. a deposed owner's exit lowers nothing ------------------------------------------

@@ -135,6 +135,7 @@ def test_metrics_and_status_show_the_cluster(trio):
     for reason in ("key_moving", "cluster_unavailable", "forwarded_not_owner", "owner_unreachable"):
         assert f'flakekit_cluster_refused_total{{reason="{reason}",node="{owner.name}"' in text
     status, body = owner.json("/api/v1/status")
+    assert status == 200, body
     assert body["processes"][0]["cluster"]["status"]["owners"] == {STRICT_KEY: owner.name}
 
 

@@ -75,6 +75,7 @@ class TestLeafCompatibility:
 
     def test_unknown_snowflake_key_404(self, api):
         status, _, body = api.get("/api/snowflake/get/nope")
+        assert status == 404, body
         data = is_json_error(body, 404, "unknown_key")
         assert "orders" in data["message"] and "--snowflake-default" in data["message"]
 
@@ -115,6 +116,7 @@ class TestJsonApi:
         ids = [i for r in data["ranges"] for i in range(r["start"], r["stop"], r["step"])]
         assert len(set(ids)) == 300
         status, headers, body = api.get("/api/v1/next/orders?count=4&format=text")
+        assert status == 200, body
         assert headers["content-type"].startswith("text/plain")
         assert len(body.split()) == 4
 
@@ -135,10 +137,12 @@ class TestJsonApi:
 
     def test_unknown_generator_404(self, api):
         status, _, body = api.get("/api/v1/next/ordrs")
+        assert status == 404, body
         assert "did you mean 'orders'" in is_json_error(body, 404, "unknown_generator")["message"]
 
     def test_generators(self, api):
         status, data = api.json("/api/v1/generators")
+        assert status == 200, data
         names = {g["name"]: g for g in data["generators"]}
         assert set(names) == {"orders", "invoices", "secret"}
         assert names["invoices"]["leaf_url"] == "/api/segment/get/invoice"
@@ -177,6 +181,7 @@ def _iso(text: str) -> float:
 class TestErrors:
     def test_not_found(self, api):
         status, _, body = api.get("/nope")
+        assert status == 404, body
         is_json_error(body, 404, "not_found")
 
     def test_method_not_allowed(self, api):
@@ -186,14 +191,17 @@ class TestErrors:
 
     def test_body_refused(self, api):
         status, _, body = api.get("/api/v1/next/orders", method="GET", body=b"x" * 10)
+        assert status == 413, body
         is_json_error(body, 413, "body_too_large")
 
     def test_url_too_long(self, api):
         status, _, body = api.get("/api/v1/next/orders?" + "a" * 5000)
+        assert status == 414, body
         is_json_error(body, 414, "uri_too_long")
 
     def test_headers_too_large(self, api):
         status, _, body = api.get("/health", headers={f"X-H{i}": "v" * 1000 for i in range(20)})
+        assert status == 431, body
         is_json_error(body, 431, "headers_too_large")
 
     def test_garbage_is_400_json(self, api):

@@ -36,8 +36,8 @@ class TestMonitorPage:
                               segments={"invoices": "invoice", "payments": "payment"})
         server = start_server(config)
         for _ in range(7):
-            server.get("/api/segment/get/invoice")
-        server.get("/api/v1/next/orders?count=42")
+            assert server.get("/api/segment/get/invoice")[0] == 200
+        assert server.get("/api/v1/next/orders?count=42")[0] == 200
         page = f"http://127.0.0.1:{server.port}/"
 
         result = chromium(tmp_path, "--dump-dom", page)

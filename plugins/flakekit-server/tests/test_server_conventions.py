@@ -72,7 +72,7 @@ class TestMetrics:
     def test_fetch_latency_histogram(self, server):
         """Every fetch lands in one bucket: the +Inf bucket equals the count, buckets grow."""
         for _ in range(150):   # past the first segment of 100: a second fetch
-            server.get("/api/segment/get/invoice")
+            assert server.get("/api/segment/get/invoice")[0] == 200
         m = parse(server.get("/metrics")[2].decode())
         name = "flakekit_segment_fetch_duration_seconds"
         buckets = [(float(lab["le"]), v) for lab,

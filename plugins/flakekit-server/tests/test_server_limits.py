@@ -101,13 +101,13 @@ def issued(server: Server, name: str = "orders") -> int:
 
 def read_all(sock: socket.socket, limit: float = 10) -> bytes:
     sock.settimeout(limit)
-    data = b""
+    data = bytearray()   # not bytes +=: a copy of everything so far per chunk
     try:
         while chunk := sock.recv(65536):
             data += chunk
     except (ConnectionResetError, TimeoutError):
         pass
-    return data
+    return bytes(data)
 
 
 def test_unterminated_header_is_cut_off(server):

@@ -54,11 +54,11 @@ class TestMetrics:
     def test_content(self, server):
         """IDs issued, lease remaining and epoch, segment buffers, fetch and request latency."""
         for _ in range(10):
-            server.get("/api/snowflake/get/orders")
-        server.get("/api/v1/next/orders?count=90")
+            assert server.get("/api/snowflake/get/orders")[0] == 200
+        assert server.get("/api/v1/next/orders?count=90")[0] == 200
         for _ in range(150):   # past the first segment of 100: a second fetch
-            server.get("/api/segment/get/invoice")
-        server.get("/api/v1/next/nope")
+            assert server.get("/api/segment/get/invoice")[0] == 200
+        assert server.get("/api/v1/next/nope")[0] == 404
         time.sleep(0.5)        # a couple of heartbeats
         status, headers, body = server.get("/metrics")
         assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")

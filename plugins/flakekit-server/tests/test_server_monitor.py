@@ -11,13 +11,14 @@ import json
 import re
 import sqlite3
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from server_testing import CHROMIUM, NO_CHROMIUM, chromium, create_keys, write_config
+
+from flakekit.testing.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 
@@ -69,16 +70,6 @@ def same_origin_proxy(port: int, probe: bytes) -> Iterator[int]:
         thread.join(10)
 
 
-def wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def loaded(tmp_path, start_server):
     """A server on SQLite with keys invoice and payment, 7 segment IDs and 42 snowflake IDs
@@ -89,10 +80,10 @@ def loaded(tmp_path, start_server):
                           segments={"invoices": "invoice", "payments": "payment"})
     server = start_server(config)
     for _ in range(7):
-        server.get("/api/segment/get/invoice")
-    server.get("/api/v1/next/orders?count=42")
-    wait_for(lambda: sum(generator(status(server), "orders")["rate_per_s"]) == 42,
-             "the tick to sample the 42 IDs")
+        assert server.get("/api/segment/get/invoice")[0] == 200
+    assert server.get("/api/v1/next/orders?count=42")[0] == 200
+    wait_until(lambda: sum(generator(status(server), "orders")["rate_per_s"]) == 42, 30,
+               what="the tick to sample the 42 IDs", interval=0.2)
     return server
 
 

@@ -83,6 +83,7 @@ def test_offloaded_batch_keeps_pipelined_order(tmp_path, start_server):
     end = batch["ranges"][-1]["stop"]
     assert batch["count"] == 20000 and singles[0] >= end and singles == sorted(singles)
     status, body = server.json("/api/v1/status")
+    assert status == 200, body
     assert body["processes"][0]["offloaded_batches"] == 1
     metrics = server.get("/metrics")[2].decode()
     assert 'flakekit_http_offloaded_batches_total{process="0"} 1' in metrics

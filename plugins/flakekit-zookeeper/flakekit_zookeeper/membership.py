@@ -22,9 +22,13 @@ session alive, so the holder stops before ZooKeeper could hand the node to anyon
 
 Renew = a ``sync`` then reads of the member znode and the view, pipelined on our
 session: the znode must still be the one we created (czxid = the lease's epoch) and
-belong to our current session (``ephemeralOwner``), else LeaseLostError; the view
-epoch is re-read (after the sync, so not from a lagging follower), so a member whose
-watch died learns of a new view within one renewal interval. A renewal while the
+belong to our current session (``ephemeralOwner``), else LeaseLostError; then the znode
+is written back unchanged by version (its version moves: a claimer that reads it
+unchanged for the share of the session a holder serves after a renewal, plus a margin,
+on its own clock, knows the holder stopped -- before ZooKeeper expires the session;
+issue 24) and the view epoch is read again after that write (after the sync, so not
+from a lagging follower), so a member whose watch died learns of a new view within one
+renewal interval. A renewal while the
 connection is SUSPENDED raises BackendError (the keeper keeps the old deadline: the
 same session may come back); a session that expired (kazoo LOST, then a new session)
 shows as another owner: LeaseLostError.
@@ -75,8 +79,11 @@ log = logging.getLogger("flakekit.cluster.zookeeper")
 
 NS = 1_000_000_000
 MS = 1_000_000
-#: share of the session kept as safety window when none is configured (as lease mode)
+#: share of the session kept as safety window when none is configured (as lease mode),
+#: and the least one configured: claimers count on it (``serve_share``)
 SAFETY_SHARE = 0.2
+#: how often a node reads the view and the member records (a few reads on one session)
+VIEW_POLL_S = 0.25
 #: the session a view-only membership opens when no join says which lease it wants
 DEFAULT_SESSION_S = 10.0
 #: how often a join, leave or draining mark re-reads after losing a version race
@@ -122,15 +129,25 @@ class ZkMembership:
             less, and the lease says what was granted.
         connect_timeout_s: the longest any call (and a connect) waits.
         safety_window_ns: a lease ends this long before the session could have expired
-            (None: a fifth of the session).
+            (None, or anything less: a fifth of the session, which claimers count on:
+            ``serve_share``).
     """
 
     #: a lapsed member proves its holder stopped: the leader expires a session only its
     #: timeout after the last packet, timed on its elapsed-time clock (never a wall clock:
     #: an NTP step moves nothing), rounded *up* to the next tick; the holder's deadline is
-    #: its last contact's send + session - safety. A renewal writes nothing (sync + reads),
-    #: so no late COMMIT can extend a deadline past a view it did not read (issue 20)
+    #: its last contact's send + session - safety. A renewal writes the member znode
+    #: (its version moves) and reads the view *after* that write on the same session, so
+    #: no late write can extend a deadline past a view it did not read (issue 20)
     lapse_means_stopped = True
+    #: a holder serves at most this share of its session after the send of the renewal
+    #: that wrote its znode's version (the safety window is at least the rest): a claimer
+    #: that first read that version waits this share plus a margin from that read,
+    #: before ZooKeeper expires the session (issue 24)
+    serve_share = 1 - SAFETY_SHARE
+    #: nodes read the view and the members this often (seconds), so every renewal is
+    #: first read within that time of its write (the view watch stays a hint)
+    view_poll_s = VIEW_POLL_S
 
     hosts: str
     clock: Clock
@@ -183,9 +200,10 @@ class ZkMembership:
         return min(self.connect_timeout_s, max(0.5, self.session_ms / 3000))
 
     def _safety_ns(self, session_ns: int) -> int:
+        least = -(-session_ns * round(SAFETY_SHARE * 100) // 100)   # ceil: never below it
         if self.safety_window_ns is not None:
-            return self.safety_window_ns
-        return int(session_ns * SAFETY_SHARE)
+            return max(self.safety_window_ns, least)
+        return least
 
     def _error(self, action: str, exc: BaseException) -> BackendError:
         return BackendError(f"cluster membership in {self.where}: {action} failed: "
@@ -364,14 +382,38 @@ class ZkMembership:
         session = conn.session_id
         t0 = self.clock.monotonic_ns()   # before the contact that proves the session
         try:
-            got = self._gets(conn, [mpath, self._view_path(cluster)],
-                             timeout=self._op_timeout(), sync=self._view_path(cluster))
+            for attempt in range(2):
+                live, view = self._gets(conn, [mpath, self._view_path(cluster)],
+                                        timeout=self._op_timeout(),
+                                        sync=self._view_path(cluster))
+                if live is None or live[1].czxid != lease.epoch \
+                        or live[1].ephemeralOwner != session:
+                    break   # not ours: said below
+                # the renewal is written (the znode's version moves: what a claimer
+                # times, on its own clock, from its first read of it), then the view is
+                # read again *after* that write on our session (answered in order), so
+                # a write that lands late never extends past a view it did not read
+                wrote = conn.client.set_async(mpath, live[0], version=live[1].version)
+                reread = conn.client.get_async(self._view_path(cluster))
+                try:
+                    wrote.get(timeout=self._op_timeout())
+                except BadVersionError:   # set_draining wrote meanwhile: read again
+                    if attempt:
+                        raise
+                    continue
+                except NoNodeError:
+                    live = None
+                    break
+                try:
+                    view = reread.get(timeout=self._op_timeout())
+                except NoNodeError:
+                    view = None
+                break
         except SessionExpiredError as exc:
             self._drop(lease)
             raise self._session_expired(exc, lease) from None
         except ZK_ERRORS as exc:
             raise self._error(f"renewing member {lease.member.node!r}", exc) from None
-        live, view = got
         lost = None
         if live is None:
             lost = "its znode is gone (released, or its session expired)"
@@ -475,6 +517,7 @@ class ZkMembership:
                 session_ms = int(raw.get("session_ms", 0))
                 out.append(MemberInfo(_member_of(node, raw), state, str(raw.get("holder", "")),
                                       int(live[1].czxid), session_ms, session_ms,
+                                      version=int(live[1].version),
                                       config_digest=str(raw.get("config_digest", ""))))
             elif entry is not None:
                 raw = _load(entry[0])

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+
+from flakekit.testing.services import script_service, shared_or_own
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -17,36 +18,13 @@ SCRIPT = REPO / "scripts" / "zookeeper.sh"
 sys.path.insert(0, str(HERE))
 
 
-def _read_env(svc: Path) -> dict[str, str]:
-    out = {}
-    try:
-        for line in (svc / "env").read_text().splitlines():
-            key, _, value = line.partition("=")
-            out[key] = value
-    except FileNotFoundError:
-        pass
-    return out
-
-
 @pytest.fixture(scope="session")
 def zk_hosts(tmp_path_factory: pytest.TempPathFactory):
     """ZK_HOSTS from the environment (scripts/test.sh sets it), else a standalone server
     of this test session's own, started and stopped with scripts/zookeeper.sh."""
-    hosts = os.environ.get("ZK_HOSTS")
-    if hosts:
+    with shared_or_own("ZK_HOSTS", os.environ.get("ZK_HOSTS"), SCRIPT,
+                       tmp_path_factory.mktemp("zk-standalone")) as hosts:
         yield hosts
-        return
-    svc = tmp_path_factory.mktemp("zk-standalone")
-    env = {**os.environ, "FLAKEKIT_SVC_DIR": str(svc)}
-    subprocess.run(["bash", str(SCRIPT), "start"], check=True, timeout=300, env=env)
-    hosts = _read_env(svc).get("ZK_HOSTS", "")
-    assert hosts, "scripts/zookeeper.sh start wrote no ZK_HOSTS"
-    os.environ["ZK_HOSTS"] = hosts
-    try:
-        yield hosts
-    finally:
-        os.environ.pop("ZK_HOSTS", None)
-        subprocess.run(["bash", str(SCRIPT), "stop"], check=False, timeout=60, env=env)
 
 
 @pytest.fixture(scope="session")
@@ -57,12 +35,9 @@ def zk_ensemble(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory):
     the same machine cannot take it away mid-drill.
     """
     svc = tmp_path_factory.mktemp("zk-svc")
-    env = {**os.environ, "FLAKEKIT_SVC_DIR": str(svc)}
-    subprocess.run(["bash", str(SCRIPT), "ensemble-start"], check=True, timeout=300, env=env)
-    hosts = _read_env(svc).get("ZK_ENSEMBLE_HOSTS", "")
-    assert hosts
-    yield hosts, svc
-    subprocess.run(["bash", str(SCRIPT), "ensemble-stop"], check=False, timeout=60, env=env)
+    with script_service(SCRIPT, svc, "ensemble-start", "ensemble-stop",
+                        "ZK_ENSEMBLE_HOSTS") as hosts:
+        yield hosts, svc
 
 
 @pytest.fixture

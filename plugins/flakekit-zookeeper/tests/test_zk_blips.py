@@ -19,9 +19,10 @@ import threading
 import time
 
 import pytest
-from zkhelpers import ensemble_pid, ensemble_roles, spawn, write_config
+from zkhelpers import ensemble_pid, ensemble_roles
 
 from flakekit.testing import TcpProxy
+from flakekit.testing.drills import spawn, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -6,24 +6,22 @@ about speed; the measured numbers are printed (pytest -s) for the docs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
 
 import pytest
-from zkhelpers import (
-    ensemble_pid,
-    ensemble_roles,
-    generator,
-    parse_ids,
-    read_until,
-    spawn,
+from zkhelpers import ensemble_pid, ensemble_roles, generator
+
+from flakekit.errors import FlakekitError, LeaseLostError
+from flakekit.testing.drills import (
+    pause_past_the_lease,
     tiny_layout,
     write_config,
 )
-
-from flakekit.errors import FlakekitError, LeaseLostError
+from flakekit.testing.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,37 +35,12 @@ def test_sigstop_past_session_timeout_no_duplicate(tmp_path, zk_hosts, ns):
     holder = generator(ns, tiny_layout(), hosts=zk_hosts, session_timeout="2s",
                        safety_window="0.5s", quarantine=0)
     holder.start()  # takes worker 0, so the two processes must share worker 1
-    a = spawn(cfg, ns)
-    a_lease = read_until(a, "LEASE ").split()
-    assert a_lease[1] == "1"
-    time.sleep(0.3)
-    stopped_at = time.monotonic_ns()
-    os.kill(a.pid, signal.SIGSTOP)
-    b = spawn(cfg, ns, "--retry-exhausted", "--seconds", "1.5")
     try:
-        b_lease = read_until(b, "LEASE ", timeout=30).split()
-        b_out = b.communicate(timeout=30)[0]
+        run = pause_past_the_lease(cfg, ns)
     finally:
-        resumed_at = time.monotonic_ns()
-        os.kill(a.pid, signal.SIGCONT)
-    a_out = a.communicate(timeout=30)[0]
-    holder.close()
-    assert b_lease[1] == "1" and int(b_lease[2]) == int(a_lease[2]) + 1  # same id, epoch+1
-    claimed_at = int(b_lease[3])
-    a_ids, b_ids = parse_ids(a_out), parse_ids(b_out)
-    assert a_ids and b_ids
-    assert "ERR Lease" in a_out, a_out[-500:]
-    # A issued nothing after it was resumed, nothing once B held the id ...
-    assert max(t for _, t in a_ids) < stopped_at
-    assert all(t < claimed_at for _, t in a_ids)
-    # ... and B claimed only after A's session could have expired
-    assert claimed_at - stopped_at >= 1.0e9  # not before the session could end
-    ids = [i for i, _ in a_ids + b_ids]
-    assert len(ids) == len(set(ids))
-    err_at = int(a_out.split("ERR ")[1].split()[1])
-    print(f"\nSIGSTOP drill: B claimed worker 1 {(claimed_at - stopped_at) / 1e9:.2f} s after "
-          f"the pause; A refused {(err_at - resumed_at) / 1e6:.1f} ms after SIGCONT; "
-          f"{len(a_ids)} + {len(b_ids)} IDs, no duplicate")
+        holder.close()
+    assert int(run.b_lease[2]) == int(run.a_lease[2]) + 1    # same id, epoch + 1
+    assert run.claimed_at - run.stopped_at >= 1.0e9          # not before the session could end
 
 
 def test_leader_loss_no_id_without_session(zk_ensemble, ns):
@@ -122,15 +95,19 @@ def test_leader_loss_no_id_without_session(zk_ensemble, ns):
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    time.sleep(1.0)
+    wait_until(lambda: len(issued) > 100, 10, what="IDs before the pause")
     pid = ensemble_pid(svc, leader)
     paused_at = time.monotonic_ns()
     os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(7.0)
+    try:   # paused until the generator has stopped and its lease is over, 7 s at most
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: errors and time.monotonic_ns() > paused_at + lease_ns + 10**9,
+                       7)
     finally:
         os.kill(pid, signal.SIGCONT)
-    time.sleep(3.0)
+    resumed_at = time.monotonic_ns()
+    wait_until(lambda: any(r > resumed_at for r in renewals) and issued[-1][1] > resumed_at,
+               30, what="IDs after the leader came back")
     stop.set()
     thread.join(10)
     gen.close()

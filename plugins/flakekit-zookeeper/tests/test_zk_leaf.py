@@ -9,12 +9,13 @@ import time
 import pytest
 from flakekit_zookeeper.errors import ClockBehindReportError
 from flakekit_zookeeper.leaf import parse_node_name
-from zkhelpers import allocator, generator, tiny_layout
+from zkhelpers import allocator, generator
 
 import flakekit
 from flakekit.errors import BackendError, ConfigError, WorkerExhaustedError
-from flakekit.leases.lease import LeaseRequest
 from flakekit.testing import EventRecorder, ManualClock, TcpProxy
+from flakekit.testing.drills import tiny_layout
+from flakekit.testing.requests import lease_request as req
 from flakekit.values.events import Events
 
 DOWN = "127.0.0.1:1"  # nothing listens on port 1
@@ -23,10 +24,6 @@ DOWN = "127.0.0.1:1"  # nothing listens on port 1
 def leaf(ns, tmp_path, **kw):
     kw.setdefault("cache_dir", str(tmp_path / "cache"))
     return allocator(ns, mode="leaf", connect_timeout="1s", session_timeout="4s", **kw)
-
-
-def req(max_worker_id=1023):
-    return LeaseRequest("t", max_worker_id, "10.9.8.7", 8080)
 
 
 class TestConfig:

@@ -17,8 +17,8 @@ import pytest
 from flakekit_zookeeper.errors import ClockBehindReportError
 from zkhelpers import allocator
 
-from flakekit.leases.lease import LeaseRequest
 from flakekit.testing import EventRecorder, ManualClock, TcpProxy
+from flakekit.testing.requests import lease_request as req
 from flakekit.values.events import Events
 
 pytestmark = pytest.mark.slow
@@ -29,10 +29,6 @@ OUTAGE_S = 9   # real seconds cut off (more than the session, so its live/ node 
 def leaf(ns, tmp_path, **kw):
     return allocator(ns, mode="leaf", cache_dir=str(tmp_path / "cache"),
                      session_timeout="4s", report_interval="1s", **kw)
-
-
-def req():
-    return LeaseRequest("t", 1023, "10.9.8.7", 8080)
 
 
 def _cut_off_then_killed(ns, tmp_path, zk_hosts) -> tuple[object, int]:

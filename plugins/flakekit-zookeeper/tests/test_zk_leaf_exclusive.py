@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from zkhelpers import PYTHON, generator, parse_ids, read_until, spawn, write_config
+from zkhelpers import generator
 
 from flakekit.errors import LeaseLostError
 from flakekit.testing import free_port
+from flakekit.testing.drills import PYTHON, parse_ids, read_until, spawn, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -143,12 +144,13 @@ def test_second_server_with_reuseport_is_refused(tmp_path, zk_hosts, ns):
     """``FLAKEKIT_SERVER_REUSEPORT=1`` lets a second ``flakekit serve`` bind the same port;
     its worker processes have the first one's identities (ip:port.N), so the host lock
     refuses them and the second server does not start, even while the first server's
-    processes are paused (no fresh report)."""
+    processes are paused (no fresh report). Reports every 0.5 s (the paused-past-two-
+    intervals property keeps its default-settings drill above)."""
     flakekit = os.path.join(os.path.dirname(PYTHON), "flakekit")
     cfg = tmp_path / "serve.toml"
     cfg.write_text(f'[generators.{ns}]\nstrategy = "snowflake"\nallocator = {{ type = '
                    f'"zookeeper", mode = "leaf", hosts = "{zk_hosts}", cache_dir = '
-                   f'"{tmp_path / "cache"}" }}\n')
+                   f'"{tmp_path / "cache"}", report_interval = "0.5s" }}\n')
     port = free_port()
     env = {**os.environ, "FLAKEKIT_SERVER_REUSEPORT": "1"}
     env.pop("FLAKEKIT_PORT", None)
@@ -167,7 +169,7 @@ def test_second_server_with_reuseport_is_refused(tmp_path, zk_hosts, ns):
         for pid in children:
             os.kill(pid, signal.SIGSTOP)
         try:
-            time.sleep(7.0)
+            time.sleep(2.0)   # 4 report intervals: past two, with the default drill's margin
             second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True, env=env)
             try:

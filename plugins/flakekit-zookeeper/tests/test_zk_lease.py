@@ -7,7 +7,7 @@ import time
 
 import pytest
 from kazoo.client import KazooClient
-from zkhelpers import allocator, generator, parse_ids, spawn, write_config
+from zkhelpers import allocator, generator
 
 from flakekit.errors import (
     ClockMovedBackwardsError,
@@ -15,15 +15,12 @@ from flakekit.errors import (
     LeaseLostError,
     WorkerExhaustedError,
 )
-from flakekit.leases.lease import LeaseRequest
 from flakekit.testing import EventRecorder
+from flakekit.testing.drills import parse_ids, spawn, write_config
+from flakekit.testing.requests import lease_request as req
 from flakekit.values.events import Events
 
 FAST = {"session_timeout": "2s", "safety_window": "0.5s", "connect_timeout": "5s"}
-
-
-def req(max_worker_id=1023):
-    return LeaseRequest("t", max_worker_id, "10.9.8.7", 8080)
 
 
 def expire_session(client: KazooClient, hosts: str) -> None:

@@ -1,11 +1,9 @@
-"""Helpers shared by the ZooKeeper plugin tests (not collected: no test_ prefix)."""
+"""Helpers shared by the ZooKeeper plugin tests (not collected: no test_ prefix); the
+process drill helpers are flakekit.testing.drills'."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -14,24 +12,15 @@ from flakekit_zookeeper import ZooKeeperSettings, build_zookeeper_allocator
 
 from flakekit.assembly.context import BuildContext
 from flakekit.generators.snowflake import SnowflakeGenerator
+from flakekit.testing.drills import snowflake_over
+from flakekit.testing.requests import DRILL_HOST, DRILL_PORT
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.events import Events
 from flakekit.values.layout import BitLayout
 
-#: the drill process (flakekit.testing.drill_worker), run with ``-m``
-WORKER = "flakekit.testing.drill_worker"
-PYTHON = sys.executable
-
-TINY_LAYOUT = """
-[layouts.tiny]
-fields = [["time", 41], ["region", 9], ["worker", 1], ["sequence", 12]]
-unit = "1ms"
-epoch = "2024-01-01T00:00:00Z"
-"""
-
 
 def allocator(name: str, *, clock: Any = None, events: Events | None = None,
-              host: str = "10.9.8.7", port: int = 8080, instance: int = 0,
+              host: str = DRILL_HOST, port: int = DRILL_PORT, instance: int = 0,
               **settings: Any) -> Any:
     ctx = BuildContext(name, "generators.t.allocator", None, clock or MonotonicClock(),
                        events or Events(), None, None, host, port, instance)  # type: ignore[arg-type]
@@ -43,67 +32,8 @@ def generator(name: str, layout: str | BitLayout = "snowflake", *, clock: Any = 
               **settings: Any) -> SnowflakeGenerator:
     clock = clock or MonotonicClock()
     events = events or Events()
-    lay = layout if isinstance(layout, BitLayout) else _layout(layout)
-    alloc = allocator(name, clock=clock, events=events, **settings)
-    return SnowflakeGenerator(lay, clock, alloc, name=name, events=events,
-                              on_lease_lost=on_lease_lost)
-
-
-def _layout(name: str) -> BitLayout:
-    import flakekit
-
-    return flakekit.layout(name)
-
-
-def write_config(tmp: Path, name: str, allocator_table: str, layout: str = "snowflake") -> Path:
-    path = tmp / f"{name}.toml"
-    path.write_text(TINY_LAYOUT + textwrap.dedent(f"""
-        [generators.{name}]
-        strategy = "snowflake"
-        layout = "{layout}"
-        allocator = {allocator_table}
-    """))
-    return path
-
-
-def spawn(config: Path, name: str, *args: str, env: dict[str, str] | None = None,
-          ) -> subprocess.Popen[str]:
-    full = {**os.environ, "FLAKEKIT_HOST": "10.9.8.7", "FLAKEKIT_PORT": "8080",
-            "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.Popen([PYTHON, "-m", WORKER, str(config), name, *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=full)
-
-
-def read_until(proc: subprocess.Popen[str], prefix: str, timeout: float = 30) -> str:
-    """Read lines until one starts with prefix; returns it (and keeps the others)."""
-    end = time.monotonic() + timeout
-    assert proc.stdout is not None
-    while time.monotonic() < end:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.startswith(prefix):
-            return line
-    err = proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
-    raise AssertionError(f"no {prefix!r} line from the worker; stderr: {err[-2000:]}")
-
-
-def parse_ids(text: str) -> list[tuple[int, int]]:
-    """ "ID <id> <mono_before>" lines → [(id, mono_before)]."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith("ID "):
-            _, i, t = line.split()
-            out.append((int(i), int(t)))
-    return out
-
-
-def tiny_layout() -> BitLayout:
-    """Two worker ids (0 and 1), so drills can force two processes onto one id."""
-    return BitLayout.from_mapping("tiny", {
-        "fields": [["time", 41], ["region", 9], ["worker", 1], ["sequence", 12]],
-        "unit": "1ms", "epoch": "2024-01-01T00:00:00Z"})
+    return snowflake_over(allocator(name, clock=clock, events=events, **settings), name,
+                          layout, clock=clock, events=events, on_lease_lost=on_lease_lost)
 
 
 def zk_mode(port: int) -> str:

@@ -1,0 +1,172 @@
+"""Process drills: run a generator in a process of its own (``flakekit.testing.drill_worker``)
+and read what it prints, so a test can kill, pause or race real processes.
+
+Used by the core's and the plugins' drills alike: write a config (``write_config``, with the
+``tiny`` layout of two worker ids so two processes can be forced onto one), ``spawn`` the
+worker, ``read_until`` a line, ``parse_ids`` its ``ID <id> <mono_before>`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from flakekit.testing.requests import DRILL_HOST, DRILL_PORT
+from flakekit.values.layout import BitLayout
+
+__all__ = ["PYTHON", "TINY_LAYOUT", "WORKER", "PausedHolderRun", "parse_ids",
+           "pause_past_the_lease", "read_until", "snowflake_over", "spawn", "stop",
+           "tiny_layout", "write_config"]
+
+#: the drill process, run with ``python -m``
+WORKER = "flakekit.testing.drill_worker"
+PYTHON = sys.executable
+
+#: two worker ids (0 and 1), so drills can force two processes onto one id
+TINY_LAYOUT = """
+[layouts.tiny]
+fields = [["time", 41], ["region", 9], ["worker", 1], ["sequence", 12]]
+unit = "1ms"
+epoch = "2024-01-01T00:00:00Z"
+"""
+
+
+def tiny_layout() -> BitLayout:
+    """The ``tiny`` layout as a value: two worker ids (0 and 1)."""
+    return BitLayout.from_mapping("tiny", {
+        "fields": [["time", 41], ["region", 9], ["worker", 1], ["sequence", 12]],
+        "unit": "1ms", "epoch": "2024-01-01T00:00:00Z"})
+
+
+def write_config(tmp: Path, name: str, allocator_table: str, layout: str = "snowflake") -> Path:
+    """``tmp/<name>.toml``: the tiny layout and one snowflake generator ``name`` on the
+    allocator given as an inline TOML table."""
+    path = tmp / f"{name}.toml"
+    path.write_text(TINY_LAYOUT + textwrap.dedent(f"""
+        [generators.{name}]
+        strategy = "snowflake"
+        layout = "{layout}"
+        allocator = {allocator_table}
+    """))
+    return path
+
+
+def spawn(config: Path, name: str, *args: str, env: dict[str, str] | None = None,
+          ) -> subprocess.Popen[str]:
+    """The drill worker on ``config``'s generator ``name``, with the drill's host and port
+    (stdout and stderr piped, text, unbuffered)."""
+    full = {**os.environ, "FLAKEKIT_HOST": DRILL_HOST, "FLAKEKIT_PORT": str(DRILL_PORT),
+            "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.Popen([PYTHON, "-m", WORKER, str(config), name, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=full)
+
+
+def read_until(proc: subprocess.Popen[str], prefix: str, timeout: float = 30) -> str:
+    """Read lines until one starts with ``prefix`` and return it; an AssertionError with the
+    worker's stderr if it ends (or ``timeout`` s pass, checked between lines) first."""
+    end = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith(prefix):
+            return line
+    err = proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
+    raise AssertionError(f"no {prefix!r} line from the worker; stderr: {err[-2000:]}")
+
+
+def parse_ids(text: str) -> list[tuple[int, int]]:
+    """``ID <id> <mono_before>`` lines -> ``[(id, mono_before)]``; other lines skipped."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("ID "):
+            _, i, t = line.split()
+            out.append((int(i), int(t)))
+    return out
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 10) -> None:
+    """End a drill process: SIGCONT (it may be paused), SIGTERM, SIGKILL after ``timeout``."""
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def snowflake_over(allocator: Any, name: str, layout: str | BitLayout = "snowflake", *,
+                   clock: Any, events: Any, on_lease_lost: str = "stop") -> Any:
+    """A SnowflakeGenerator named ``name`` on ``allocator`` (a layout name or value)."""
+    import flakekit
+    from flakekit.generators.snowflake import SnowflakeGenerator
+
+    lay = layout if isinstance(layout, BitLayout) else flakekit.layout(layout)
+    return SnowflakeGenerator(lay, clock, allocator, name=name, events=events,
+                              on_lease_lost=on_lease_lost)
+
+
+@attrs.frozen
+class PausedHolderRun:
+    """What :func:`pause_past_the_lease` saw: both leases' fields (``LEASE`` lines split),
+    both outputs, and the monotonic instants of the pause, the resume and B's claim."""
+
+    a_lease: list[str]
+    b_lease: list[str]
+    a_out: str
+    b_out: str
+    stopped_at: int
+    resumed_at: int
+
+    @property
+    def claimed_at(self) -> int:
+        return int(self.b_lease[3])
+
+
+def pause_past_the_lease(config: Path, name: str) -> PausedHolderRun:
+    """The SIGSTOP drill on worker 1 of the tiny layout (the caller holds worker 0): A
+    takes worker 1 and is paused; B (``--retry-exhausted``) waits until it can claim worker
+    1 and runs 1.5 s; then A is resumed. Checks what every allocator owes: B got worker 1,
+    A refused with ``ERR Lease...`` and issued nothing after its pause, no ID repeats."""
+    import signal
+
+    a = spawn(config, name)
+    a_lease = read_until(a, "LEASE ").split()
+    assert a_lease[1] == "1", a_lease
+    time.sleep(0.3)   # some IDs before the pause
+    stopped_at = time.monotonic_ns()
+    os.kill(a.pid, signal.SIGSTOP)
+    b = spawn(config, name, "--retry-exhausted", "--seconds", "1.5")
+    try:
+        b_lease = read_until(b, "LEASE ", timeout=30).split()
+        b_out = b.communicate(timeout=30)[0]
+    finally:
+        resumed_at = time.monotonic_ns()
+        os.kill(a.pid, signal.SIGCONT)
+    a_out = a.communicate(timeout=30)[0]
+    run = PausedHolderRun(a_lease, b_lease, a_out, b_out, stopped_at, resumed_at)
+    a_ids, b_ids = parse_ids(a_out), parse_ids(b_out)
+    assert b_lease[1] == "1" and a_ids and b_ids, (b_lease, a_out[-500:])
+    assert "ERR Lease" in a_out, a_out[-500:]
+    assert max(t for _, t in a_ids) < stopped_at          # nothing after the resume
+    assert all(t < run.claimed_at for _, t in a_ids)      # nothing once B held the id
+    ids = [i for i, _ in a_ids + b_ids]
+    assert len(ids) == len(set(ids)), "an ID was issued twice"
+    err_at = int(a_out.split("ERR ")[1].split()[1])
+    print(f"\nSIGSTOP drill: B claimed worker 1 {(run.claimed_at - stopped_at) / 1e9:.2f} s "
+          f"after the pause; A refused {(err_at - resumed_at) / 1e6:.1f} ms after SIGCONT; "
+          f"{len(a_ids)} + {len(b_ids)} IDs, no duplicate")
+    return run
