@@ -556,7 +556,8 @@ def tables(data: dict[str, Any]) -> str:
                              for m in modes) + " |")
     lines += ["", "Hand-off with clients hammering the key (default lease 10 s, handoff_wait "
               "2 s):", "",
-              "| hand-off | action | old owner's last / new owner's first answer | longest gap, all clients | "
+              "| hand-off | action | old owner's last / new owner's first answer | longest gap, "
+              "all clients | "
               "raw HTTP: longest gap | raw HTTP 503s | flakekit.client: longest gap | "
               "flakekit.client errors | answers | duplicates |",
               "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]

@@ -143,12 +143,14 @@ def flat_until(rows: list[dict], field: str, factor: float = 2.0) -> str:
     base = rows[0][field]
     for row in rows:
         if row[field] is not None and base and row[field] > factor * base:
-            return f"{row['keys']:,} keys ({row[field] / base:.1f}x the {rows[0]['keys']:,}-key value)"
+            return (f"{row['keys']:,} keys ({row[field] / base:.1f}x the "
+                    f"{rows[0]['keys']:,}-key value)")
     return f"not within {rows[-1]['keys']:,} keys"
 
 
 def table(rows: list[dict], max_served: int | None, where: str | None = None) -> str:
-    lines = ["| keys in table | keys served | threads | heap / served key | RSS / served key | cold key: first ID (median, p90) | key refresh | warm next_id() |",
+    lines = ["| keys in table | keys served | threads | heap / served key | RSS / served key | "
+             "cold key: first ID (median, p90) | key refresh | warm next_id() |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         heap = f"{r['heap_per_key_kb']:.1f} KiB" if r["heap_per_key_kb"] is not None else "-"
@@ -158,7 +160,8 @@ def table(rows: list[dict], max_served: int | None, where: str | None = None) ->
                      f"{r['refresh_ms']:.2f} ms | {r['warm_next_id_ns']:.0f} ns |")
     refresh_per_key = rows[-1]["refresh_ms"] / rows[-1]["keys"] * 1e3
     lines += ["", f"SQLite file in {where or 'the temporary directory'}; table step "
-              f"{STEP:,} per key, dynamic step off.", "", "Where the cost stops being flat, and why (from these numbers):", "",
+              f"{STEP:,} per key, dynamic step off.", "",
+              "Where the cost stops being flat, and why (from these numbers):", "",
               f"* **Key refresh** grows from {flat_until(rows, 'refresh_ms')}: it reads every "
               f"`biz_tag` and rebuilds the key set, about {refresh_per_key:.1f} µs per key at "
               f"{rows[-1]['keys']:,} keys -- linear in the table, paid once per `refresh` "
@@ -174,7 +177,8 @@ def table(rows: list[dict], max_served: int | None, where: str | None = None) ->
               "* **Warm `next_id()`** does not depend on the number of keys (a dict lookup "
               "and the key's own counter).",
               f"* **Memory** is linear in the keys *served*: each costs its generator and "
-              f"two buffers, about {rows[-1]['heap_served_mb'] * 1024 / max(1, rows[-1]['served']):.1f} KiB "
+              "two buffers, about "
+              f"{rows[-1]['heap_served_mb'] * 1024 / max(1, rows[-1]['served']):.1f} KiB "
               f"of heap ({rows[-1]['heap_served_mb']:.0f} MiB for {rows[-1]['served']:,} keys); "
               "no thread stack: the per-key fetcher threads are gone.",
               f"* **Threads** stay flat ({min(r['threads'] for r in rows)} to "

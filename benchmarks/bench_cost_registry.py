@@ -156,13 +156,15 @@ def report(curves: dict[str, list[dict]], crowd: dict[str, dict]) -> str:
     if crowd:
         lines += ["", "256 concurrent starters (threads, one allocator and identity each, a "
                   "40-connection pool):", "",
-                  "| server | all done | acquires/s | per starter median / p90 / max | ids distinct |",
+                  "| server | all done | acquires/s | per starter median / p90 / max | ids "
+                  "distinct |",
                   "|---|---:|---:|---:|---|"]
         for name, c in crowd.items():
             ok = "yes" if c["distinct"] and c["acquired"] == c["starters"] else \
                 f"**no** ({c['acquired']} acquired; {'; '.join(c['errors'])})"
             lines.append(f"| {name} | {c['wall_ms']:.0f} ms | {c['acquires_per_s']:.0f} | "
-                         f"{c['median_ms']:.0f} / {c['p90_ms']:.0f} / {c['max_ms']:.0f} ms | {ok} |")
+                         f"{c['median_ms']:.0f} / {c['p90_ms']:.0f} / {c['max_ms']:.0f} ms "
+                         f"| {ok} |")
         lines.append("")
         lines.append("* Why a starter in the crowd waits much longer than a single acquire: "
                      "acquires of one service take the service's acquire lock, so they run "

@@ -94,7 +94,8 @@ class Check:
 
 def run(
     name: str, call: Callable[..., Any], *, per_call: int = 1, arg: Any = None,
-    cap: float | None, repeats: int, seconds: float, check: Callable[[list[Any]], None] | None = None,
+    cap: float | None, repeats: int, seconds: float,
+    check: Callable[[list[Any]], None] | None = None,
     note: str = "",
 ) -> Result:
     """Time ``call()`` (or ``call(arg)``) ``repeats`` times for about ``seconds`` each."""
@@ -373,7 +374,8 @@ def table(results: list[Result]) -> str:
     by_name = {r.name: r for r in results}
     base_flakeid = by_name.get("flakeid make_generator(PRESET_TWITTER).next_id")
     base_flakekit = by_name["flakekit next_id() (snowflake, monotonic, static)"]
-    header = ("generator", "IDs/s best", "median", "ns/ID", "vs flakeid", "vs flakekit", "layout cap")
+    header = ("generator", "IDs/s best", "median", "ns/ID", "vs flakeid", "vs flakekit",
+              "layout cap")
     rows = []
     for r in results:
         rows.append((
@@ -387,7 +389,8 @@ def table(results: list[Result]) -> str:
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     for row in rows:
         lines.append("| " + " | ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c,
+                                                                   w) in enumerate(zip(row, widths))
         ) + " |")
     notes = [f"* {r.name}: {r.checked or r.note}" + (f"; {r.note}" if r.checked and r.note else "")
              for r in results if r.checked or r.note]
@@ -396,7 +399,8 @@ def table(results: list[Result]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="3 repeats of ~0.3 s instead of 5 of ~1 s")
+    parser.add_argument("--quick", action="store_true",
+                        help="3 repeats of ~0.3 s instead of 5 of ~1 s")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=None)

@@ -110,9 +110,11 @@ def latency(admin_url: str, n: int, step: int, delay: float, max_step: int) -> d
         store.engine.dispose()
         proxy = TcpProxy(make_url(url).port or 5432)
         proxy.start()
-        engine = create_engine(make_url(url).set(host="127.0.0.1", port=proxy.port), pool_pre_ping=True)
+        engine = create_engine(make_url(url).set(host="127.0.0.1", port=proxy.port),
+                               pool_pre_ping=True)
         proxy.delay_s = delay
-        gen = SegmentGenerator(SqlSegmentStore(engine), "bench", SegmentSettings(wait_budget="5s", max_step=max_step)).start()
+        gen = SegmentGenerator(SqlSegmentStore(engine), "bench",
+                               SegmentSettings(wait_budget="5s", max_step=max_step)).start()
         snow = snowflake_generator(worker_id=2)
         clock = time.perf_counter_ns
         report = {}

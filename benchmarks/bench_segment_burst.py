@@ -141,7 +141,8 @@ def main() -> None:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     off, on = rows.values()
     if on["waited_burst"]:
-        print(f"\nhunger cuts the calls that waited {off['waited_burst'] / on['waited_burst']:.1f}x")
+        cut = off["waited_burst"] / on["waited_burst"]
+        print(f"\nhunger cuts the calls that waited {cut:.1f}x")
 
 
 if __name__ == "__main__":

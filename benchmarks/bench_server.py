@@ -1,6 +1,7 @@
 """Benchmark `flakekit serve` with wrk on loopback, against the same service on uvicorn.
 
-    .venv/bin/python benchmarks/bench_server.py [--workers 2] [--duration 10] [--stacks flakekit,uvicorn]
+    .venv/bin/python benchmarks/bench_server.py [--workers 2] [--duration 10] \\
+        [--stacks flakekit,uvicorn]
 
 For each stack it starts the server (N processes, each with its own worker lease from a
 SQLite file), then runs wrk (Debian's ``wrk``; ``apt-get install wrk``):
@@ -52,7 +53,8 @@ LUA = textwrap.dedent("""
     if d > 0 then delay = function() return d end end
     done = function(summary, latency, requests)
       local e = summary.errors
-      io.write(string.format("FKSTAT %d %d %d %d %d %d %d %d\\n", summary.requests, summary.duration,
+      io.write(string.format("FKSTAT %d %d %d %d %d %d %d %d\\n",
+        summary.requests, summary.duration,
         e.connect + e.read + e.write + e.timeout, e.status,
         latency:percentile(50), latency:percentile(99), latency:percentile(99.9), latency.max))
     end
@@ -73,7 +75,8 @@ def make_asgi_app():  # uvicorn --factory bench_server:make_asgi_app
                 message = await receive()
                 if message["type"] == "lifespan.startup":
                     kit = flakekit.load(os.environ["FK_BENCH_CONFIG"]).start()
-                    state["service"] = IdService(kit, ServerOptions(max_count=100_000), stack="uvicorn")
+                    state["service"] = IdService(kit, ServerOptions(max_count=100_000),
+                                                 stack="uvicorn")
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     state["service"].kit.close()
@@ -95,7 +98,8 @@ def wait_up(port: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/snowflake/get/orders", timeout=1):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/snowflake/get/orders",
+                                        timeout=1):
                 return
         except OSError:
             time.sleep(0.2)
@@ -108,7 +112,8 @@ def start(stack: str, config: Path, port: int, workers: int, log) -> subprocess.
         cmd = [FLAKEKIT, "serve", "--config", str(config), "--port", str(port),
                "--workers", str(workers)]
     elif stack == "uvicorn":
-        cmd = [PY, "-m", "uvicorn", "--factory", "bench_server:make_asgi_app", "--app-dir", str(HERE),
+        cmd = [PY, "-m", "uvicorn", "--factory", "bench_server:make_asgi_app", "--app-dir",
+               str(HERE),
                "--port", str(port), "--workers", str(workers), "--http", "httptools",
                "--loop", "uvloop", "--no-access-log", "--log-level", "warning"]
     else:
@@ -137,7 +142,8 @@ def bench(stack: str, args, config: Path, script: Path, log) -> dict:
     proc = start(stack, config, port, args.workers, log)
     base = f"http://127.0.0.1:{port}"
     try:
-        wrk(base + "/api/snowflake/get/orders", threads=1, connections=16, duration=2, script=script)  # warm-up
+        wrk(base + "/api/snowflake/get/orders", threads=1, connections=16, duration=2,
+            script=script)  # warm-up
         full = wrk(base + "/api/snowflake/get/orders", threads=args.threads,
                    connections=args.connections, duration=args.duration, script=script)
         delay = 2
@@ -156,7 +162,8 @@ def bench(stack: str, args, config: Path, script: Path, log) -> dict:
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
-    return {"stack": stack, "full": full, "paced": paced, "paced_connections": conns, "batch": batch}
+    return {"stack": stack, "full": full, "paced": paced, "paced_connections": conns,
+            "batch": batch}
 
 
 # -- --mixed: single IDs beside 100k batches, batches on the loop vs in a thread ----------------
@@ -321,7 +328,8 @@ def main() -> None:
         url = f"sqlite:///{tmp / 'ids.db'}"
         config = tmp / "flakekit.toml"
         config.write_text(f'[backends.main]\nurl = "{url}"\n\n[generators.orders]\n'
-                          'strategy = "snowflake"\nallocator = { type = "sql", backend = "main" }\n')
+                          'strategy = "snowflake"\n'
+                          'allocator = { type = "sql", backend = "main" }\n')
         script = tmp / "stats.lua"
         script.write_text(LUA)
         results = []
@@ -345,7 +353,8 @@ def main() -> None:
                 print(f"  {r['stack']}: {bad} errors or non-2xx answers")
         if len(results) > 1:
             ratio = results[0]["full"]["rps"] / results[1]["full"]["rps"]
-            print(f"{results[0]['stack']} / {results[1]['stack']} single-ID throughput: {ratio:.2f}x")
+            print(f"{results[0]['stack']} / {results[1]['stack']} single-ID throughput: "
+                  f"{ratio:.2f}x")
         if args.json:
             print(json.dumps(results, indent=2))
     finally:

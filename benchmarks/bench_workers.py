@@ -45,7 +45,8 @@ def fresh_db(admin_url: str) -> tuple[str, callable]:
 
     name = f"fkbench_{uuid.uuid4().hex[:8]}"
     pg = admin_url.startswith("postgresql")
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT") if pg else create_engine(admin_url)
+    admin = create_engine(admin_url,
+                          isolation_level="AUTOCOMMIT") if pg else create_engine(admin_url)
     with admin.begin() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"' if pg else f"CREATE DATABASE `{name}`"))
 

@@ -6,7 +6,8 @@ two hours: each acquire walks the reclaim tiers (7 d, 1 d, 1 h) and takes that r
 the 1 h tier query alone, and the whole ``acquire()``, with the index and after dropping
 it, on PostgreSQL (a fresh database on the given server).
 
-Usage: .venv/bin/python benchmarks/bench_workers_index.py [--pg ADMIN_URL] [--runs N] [--quick] [--json]
+Usage: .venv/bin/python benchmarks/bench_workers_index.py [--pg ADMIN_URL] [--runs N]
+           [--quick] [--json]
 """
 
 from __future__ import annotations
@@ -91,8 +92,10 @@ def main() -> None:
                          indent=2))
         return
     print(f"65,536 rows per service, median of {args.runs}:")
-    print(f"  1h tier query:   {with_index[0]:7.2f} ms with the index, {without[0]:7.2f} ms without")
-    print(f"  whole acquire(): {with_index[1]:7.2f} ms with the index, {without[1]:7.2f} ms without")
+    print(f"  1h tier query:   {with_index[0]:7.2f} ms with the index, "
+          f"{without[0]:7.2f} ms without")
+    print(f"  whole acquire(): {with_index[1]:7.2f} ms with the index, "
+          f"{without[1]:7.2f} ms without")
 
 
 if __name__ == "__main__":

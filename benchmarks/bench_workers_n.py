@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_ids import Check, Result, fmt_rate, run  # noqa: E402
+from bench_ids import Check, Result, fmt_rate, run
 
 
 def bench(repeats: int, seconds: float) -> list[Result]:

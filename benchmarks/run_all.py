@@ -163,7 +163,8 @@ def render_segment(data: dict) -> list[str]:
         for name, v in lat["latency_us"].items():
             lines.append(f"| {name} | {v['p50']:.2f} | {v['p99']:.2f} | {v['p99.9']:.2f} | "
                          f"{v['max']:.1f} |")
-        lines += ["", f"Segment fetches {lat['fetches']}, mean fetch {lat['fetch_ms_mean']:.1f} ms, "
+        lines += ["",
+                  f"Segment fetches {lat['fetches']}, mean fetch {lat['fetch_ms_mean']:.1f} ms, "
                   f"calls that waited for a refill: {lat['waits']}."]
     return lines
 

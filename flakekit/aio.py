@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from flakekit.generators.segment import SegmentGenerator
+from flakekit.pluginhost.contracts import FormatsIds, NonBlocking
 from flakekit.values.batch import IdBatch
 from flakekit.values.formats import DECIMAL
 
@@ -33,6 +34,12 @@ class AsyncIds:
     generator keeps its own state, closing it is still the kit's job)."""
 
     generator: Any
+    #: the generator when it can answer from memory (asked once: a protocol check costs
+    #: more than the ID)
+    _memory: NonBlocking | None = attrs.field(
+        init=False, repr=False, eq=False, default=attrs.Factory(
+            lambda self: self.generator if isinstance(self.generator, NonBlocking) else None,
+            takes_self=True))
 
     async def anext_id(self) -> int:
         """The next ID; waits for a refill in a worker thread, never on the loop."""
@@ -42,25 +49,26 @@ class AsyncIds:
             if value is not None:
                 return value
             return await asyncio.to_thread(gen.next_id)
-        if hasattr(gen, "try_next_id"):  # another generator with a non-blocking path
-            value = gen.try_next_id()
+        memory = self._memory
+        if memory is not None:  # another generator with a non-blocking path
+            value = memory.try_next_id()
             if value is not None:
                 return int(value)
-            return int(await asyncio.to_thread(gen.next_id))
+            return int(await asyncio.to_thread(memory.next_id))
         return int(gen.next_id())  # Snowflake: waits at most for the next tick
 
     async def anext_ids(self, n: int) -> IdBatch:
         """``n`` IDs; from memory on the loop when they are there, else in a worker thread."""
-        gen = self.generator
-        if hasattr(gen, "try_next_ids"):
-            batch = gen.try_next_ids(n)
+        if self._memory is not None:
+            batch = self._memory.try_next_ids(n)
             if batch is not None:
-                return batch  # type: ignore[no-any-return]
-        return await asyncio.to_thread(gen.next_ids, n)  # type: ignore[no-any-return]
+                return batch
+        return await asyncio.to_thread(self.generator.next_ids, n)  # type: ignore[no-any-return]
 
     async def anext_str(self) -> str:
         """The next ID in the generator's string form (its ``id_format``, as ``next_str``)."""
-        fmt = getattr(self.generator, "id_format", DECIMAL)
+        gen = self.generator
+        fmt = gen.id_format if isinstance(gen, FormatsIds) else DECIMAL
         return str(fmt.encode(await self.anext_id()))
 
 def wrap(generator: Any) -> AsyncIds:

@@ -489,7 +489,8 @@ class _Pool:
         with self.lock:
             if self.idle and not fresh:
                 return self.idle.pop(), True
-        cls = http.client.HTTPSConnection if self.node.scheme == "https" else http.client.HTTPConnection
+        cls = (http.client.HTTPSConnection if self.node.scheme == "https"
+               else http.client.HTTPConnection)
         return cls(self.node.host, self.node.port, timeout=self.timeout), False
 
     def give(self, conn: http.client.HTTPConnection) -> None:

@@ -8,6 +8,10 @@ message names the field (a dotted config path where there is one) and says how t
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flakekit.values.cluster import Member
 
 __all__ = [
     "BackendError",
@@ -266,7 +270,7 @@ class NotOwnerError(ClusterError):
     """This node does not own the strict key; ``owner`` (a Member) and ``epoch`` say who
     does in the view this node knows (HTTP: forward once, or 421 to a flakekit client)."""
 
-    def __init__(self, message: str, *, owner: object = None, epoch: int = 0) -> None:
+    def __init__(self, message: str, *, owner: Member | None = None, epoch: int = 0) -> None:
         super().__init__(message)
         self.owner = owner
         self.epoch = epoch

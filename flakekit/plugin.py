@@ -73,6 +73,8 @@ if TYPE_CHECKING:
     from flakekit.leases.kv import KeyValueStore, KvEntry, KvLeaseAllocator, KvOp, KvState
     from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
     from flakekit.pluginhost.contracts import (
+        Allocation,
+        CountsWorkers,
         Describes,
         FixedWorker,
         FormatsIds,
@@ -81,16 +83,35 @@ if TYPE_CHECKING:
         HasKey,
         HasLayout,
         HasStats,
+        IssuesIds,
+        LapseMeansStopped,
         LeaseTarget,
+        ListsKeys,
+        Locates,
         NamesLayout,
+        NonBlocking,
+        OrdersKeys,
+        PeriodStore,
+        PollsView,
         SegmentStore,
+        ServeShare,
+        SeveralLeases,
         StatsRecord,
+        TellsStalls,
         WorkerAllocator,
         check_contract,
     )
     from flakekit.pluginhost.host import get_host
     from flakekit.pluginhost.markers import hookimpl
-    from flakekit.pluginhost.registry import Register
+    from flakekit.pluginhost.registry import (
+        AllocatorFactory,
+        ClockFactory,
+        LayoutFactory,
+        MembershipFactory,
+        Register,
+        SegmentStoreFactory,
+        StrategyFactory,
+    )
     from flakekit.sql.durability import pool_durability
     from flakekit.sql.leaf import SqlSegmentStore
     from flakekit.sql.schema import (
@@ -124,6 +145,25 @@ if TYPE_CHECKING:
 
 # name -> module; imported on first use so that loading a plugin stays cheap
 _WHERE = {
+    "AllocatorFactory": "flakekit.pluginhost.registry",
+    "ClockFactory": "flakekit.pluginhost.registry",
+    "LayoutFactory": "flakekit.pluginhost.registry",
+    "MembershipFactory": "flakekit.pluginhost.registry",
+    "SegmentStoreFactory": "flakekit.pluginhost.registry",
+    "StrategyFactory": "flakekit.pluginhost.registry",
+    "Allocation": "flakekit.pluginhost.contracts",
+    "CountsWorkers": "flakekit.pluginhost.contracts",
+    "IssuesIds": "flakekit.pluginhost.contracts",
+    "LapseMeansStopped": "flakekit.pluginhost.contracts",
+    "ListsKeys": "flakekit.pluginhost.contracts",
+    "Locates": "flakekit.pluginhost.contracts",
+    "NonBlocking": "flakekit.pluginhost.contracts",
+    "OrdersKeys": "flakekit.pluginhost.contracts",
+    "PeriodStore": "flakekit.pluginhost.contracts",
+    "PollsView": "flakekit.pluginhost.contracts",
+    "ServeShare": "flakekit.pluginhost.contracts",
+    "SeveralLeases": "flakekit.pluginhost.contracts",
+    "TellsStalls": "flakekit.pluginhost.contracts",
     "Describes": "flakekit.pluginhost.contracts",
     "FixedWorker": "flakekit.pluginhost.contracts",
     "FormatsIds": "flakekit.pluginhost.contracts",
@@ -238,6 +278,25 @@ _WHERE = {
 
 
 __all__ = [
+    "AllocatorFactory",
+    "ClockFactory",
+    "LayoutFactory",
+    "MembershipFactory",
+    "SegmentStoreFactory",
+    "StrategyFactory",
+    "Allocation",
+    "CountsWorkers",
+    "IssuesIds",
+    "LapseMeansStopped",
+    "ListsKeys",
+    "Locates",
+    "NonBlocking",
+    "OrdersKeys",
+    "PeriodStore",
+    "PollsView",
+    "ServeShare",
+    "SeveralLeases",
+    "TellsStalls",
     "Describes",
     "FixedWorker",
     "FormatsIds",

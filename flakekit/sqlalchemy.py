@@ -53,9 +53,11 @@ def default(
             process from ``config``).
         config: the config file for the lazy kit (default: the same lookup as the CLI).
     """
+    from flakekit.pluginhost.contracts import IssuesIds
+
     if generator is not None and not isinstance(generator, str):
         gen = generator
-        if not callable(getattr(gen, "next_id", None)):
+        if not isinstance(gen, IssuesIds):
             raise TypeError(f"default() needs a generator name or a generator, got {gen!r}")
         return lambda: int(gen.next_id())
 

@@ -76,7 +76,8 @@ def imports(path: Path) -> list[tuple[int, str]]:
             # `from flakekit import x` where x is a submodule
             for a in node.names:
                 if (PACKAGE.parent / (node.module.replace(".", "/") + "/" + a.name)).exists() or \
-                        (PACKAGE.parent / (node.module.replace(".", "/") + f"/{a.name}.py")).exists():
+                        (PACKAGE.parent / (node.module.replace(".",
+                                                               "/") + f"/{a.name}.py")).exists():
                     found.append((node.lineno, f"{node.module}.{a.name}"))
     return [(n, m) for n, m in found if m == "flakekit" or m.startswith("flakekit.")]
 

@@ -39,7 +39,8 @@ class TestDefaults:
     @pytest.mark.mariadb
     def test_user_options_win(self, mariadb_url):
         """options.connect_args overrides a default and keeps the others."""
-        pool = BackendPool({"b": BackendSettings(mariadb_url, {"connect_args": {"read_timeout": 7}})})
+        pool = BackendPool({"b": BackendSettings(mariadb_url,
+                                                 {"connect_args": {"read_timeout": 7}})})
         try:
             with pool.engine("b").connect() as conn:
                 raw = conn.connection.dbapi_connection
@@ -170,7 +171,8 @@ def test_heartbeat_on_a_silent_network_fails_then_recovers(mariadb_url, tcp_prox
     ("settings", "where"),
     [
         (BackendSettings("postgresql+psycopg://u:hunter2@h:notaport/x"), "backends.b.url"),
-        (BackendSettings("postgresql+psycopg://u:hunter2@h/x", {"pool_size": "x"}), "backends.b.options"),
+        (BackendSettings("postgresql+psycopg://u:hunter2@h/x", {"pool_size": "x"}),
+         "backends.b.options"),
         (BackendSettings("nosuchdialect://u:hunter2@h/x"), "backends.b.url"),
     ],
     ids=["port", "option", "dialect"],

@@ -62,7 +62,8 @@ class TestLayoutCommands:
 
     def test_compose_decompose(self, capsys):
         """compose then decompose gives the parts back."""
-        code, out, _ = run(capsys, "layout", "compose", "snowflake", "time=2024-01-01T00:00:00Z", "worker=3", "sequence=9")
+        code, out, _ = run(capsys, "layout", "compose", "snowflake", "time=2024-01-01T00:00:00Z",
+                           "worker=3", "sequence=9")
         assert code == 0
         value = int(out)
         code, out, _ = run(capsys, "layout", "decompose", "snowflake", str(value), "--json")
@@ -93,7 +94,8 @@ BAD = [
     (("decode", "-5"), None),
     (("decode", str(1 << 63)), "outside layout 'snowflake'"),
     (("layout", "show", "snowflak"), "did you mean 'snowflake'"),
-    (("layout", "compose", "snowflake", "time=1", "worker=5000"), "worker: 5000 does not fit in 10 bits"),
+    (("layout", "compose", "snowflake", "time=1", "worker=5000"),
+     "worker: 5000 does not fit in 10 bits"),
     (("layout", "compose", "snowflake", "time=1", "worker"), "expected FIELD=VALUE"),
     (("next", "nope", "--config", "{config}"), "unknown generator 'nope'"),
     (("next", "-n", "0", "--config", "{config}"), "0 is not in the range"),
@@ -160,7 +162,8 @@ def test_decode_with_a_config_without_generators_uses_snowflake(capsys, tmp_path
 def test_decode_names_the_generators_layout_field(capsys, tmp_path):
     """A wrong layout taken from the default generator names that generator's field."""
     path = tmp_path / "bad.toml"
-    path.write_text('[generators.a]\nlayout = {x = 1}\nallocator = {type = "static", worker_id = 1}\n')
+    path.write_text('[generators.a]\nlayout = {x = 1}\nallocator = {type = "static", worker_id = '
+                    '1}\n')
     code, out, err = run(capsys, "decode", "123", "-c", str(path))
     assert code == 2
     assert err.startswith("error: generators.a.layout: expected a layout name")
@@ -227,7 +230,8 @@ class TestSharedClusterConfig:
                              "--advertise", "http://10.0.0.5:8080", "--json")
         assert code == 0, err
         cluster = json.loads(out)["cluster"]
-        assert (cluster["node"], cluster["advertise"], cluster["shared"]) == ("web-1", "http://10.0.0.5:8080", False)
+        got = (cluster["node"], cluster["advertise"], cluster["shared"])
+        assert got == ("web-1", "http://10.0.0.5:8080", False)
         code, _, err = run(capsys, "config", "check", str(shared), "--advertise", "10.0.0.5")
         assert code == 2 and err.startswith("error: --advertise:")
 
@@ -276,7 +280,8 @@ class TestScriptFriendly:
         code, out, _ = run(capsys, "layout", "compose", "snowflake", "time=2024-01-01T00:00:00Z",
                            "worker=3", "sequence=1", "--json")
         data = json.loads(out)
-        assert code == 0 and data["id"] == 1741610183685058561 and data["id_str"] == "1741610183685058561"
+        assert (code == 0 and data["id"] == 1741610183685058561
+                and data["id_str"] == "1741610183685058561")
         assert data["timestamp"] == "2024-01-01T00:00:00.000Z" and data["worker"] == 3
 
     def test_workers_and_release_json(self, capsys, tmp_path, sqlite_url):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine
@@ -149,7 +150,8 @@ def test_drain_moves_the_nodes_keys(capsys, cluster):
 
     # a second drain: nothing moves
     code, out, _ = run_cli(capsys, "cluster", "drain", "web-1", "-c", config)
-    assert code == 0 and out == "'web-1' is already out of view epoch 2; marked draining, nothing moves\n"
+    assert (code == 0
+            and out == "'web-1' is already out of view epoch 2; marked draining, nothing moves\n")
     assert membership.view("ids").epoch == 2
 
     # --undo puts it back (it is alive): the keys go home
@@ -182,7 +184,8 @@ def test_undo_of_a_member_that_left(capsys, cluster):
     membership.release(leases[1], 0)
     code, out, _ = run_cli(capsys, "cluster", "drain", "web-2", "--undo", "-c", config)
     assert code == 0
-    assert out == "'web-2' is no longer draining; it is left: it rejoins the view when its node is up again\n"
+    assert (out == "'web-2' is no longer draining; it is left: it rejoins the view when its node "
+                   "is up again\n")
     assert membership.view("ids").nodes() == ("web-1",)
 
 
@@ -327,8 +330,8 @@ def test_drain_retries_when_another_proposer_wins(cluster):
 
     membership, config, _, _ = cluster
     membership.acquire(JoinRequest("ids", WEB3, 60.0))
-    text = open(config).read().replace('name = "ids"\n', 'name = "ids"\nmembership = "racy"\n')
-    open(config, "w").write(text)
+    text = Path(config).read_text().replace('name = "ids"\n', 'name = "ids"\nmembership = "racy"\n')
+    Path(config).write_text(text)
     host = PluginHost().load(entrypoints=False, extra=[RacyPlugin()])
     kit = build_kit(load_config(config), host, as_member=False)
     try:
@@ -357,5 +360,6 @@ def test_db_init_creates_the_cluster_tables_where_they_are_used(capsys, tmp_path
     assert (code, err) == (0, ""), err
     for db in (members_db, segments_db):
         tables = set(inspect(create_engine(f"sqlite:///{db}")).get_table_names())
-        assert {"flakekit_members", "flakekit_cluster_view", "flakekit_key_owner"} <= tables, (db, tables)
+        assert {"flakekit_members", "flakekit_cluster_view", "flakekit_key_owner"} <= tables, (db,
+                                                                                               tables)
     assert "leaf_alloc" in set(inspect(create_engine(f"sqlite:///{segments_db}")).get_table_names())

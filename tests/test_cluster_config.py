@@ -153,7 +153,8 @@ def test_empty_env_counts_as_unset(host, monkeypatch):
 
 
 def test_advertise_is_required(host):
-    with pytest.raises(ConfigError, match=r"^cluster\.advertise: is required: .*FLAKEKIT_ADVERTISE"):
+    with pytest.raises(ConfigError,
+                       match=r"^cluster\.advertise: is required: .*FLAKEKIT_ADVERTISE"):
         _build(host, {"name": "ids"})
 
 
@@ -364,7 +365,9 @@ def test_plugins_lists_the_membership(capsys):
 def test_membership_kind_in_the_host(host):
     reg = host.memberships.get("sql")
     assert (reg.kind, reg.plugin) == ("membership", "flakekit.builtin.cluster")
-    with pytest.raises(UnknownNameError, match=r"unknown membership 'etcd'; it comes with the plugin flakekit-etcd: pip install .*; known: sql"):
+    with pytest.raises(UnknownNameError,
+                       match=r"unknown membership 'etcd'; it comes with the plugin flakekit-etcd: "
+                             r"pip install .*; known: sql"):
         host.memberships.get("etcd", "cluster.membership")
 
 

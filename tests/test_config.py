@@ -61,7 +61,8 @@ class TestParse:
 
     def test_missing_env_names_path(self):
         """An unset ${VAR} names the field and how to give a default."""
-        with pytest.raises(ConfigError, match=r"backends.x.url: environment variable FK_NOPE is not set"):
+        with pytest.raises(ConfigError,
+                           match=r"backends.x.url: environment variable FK_NOPE is not set"):
             parse_config({"backends": {"x": {"url": "postgresql://u:${FK_NOPE}@h/db"}}})
 
     def test_missing_file(self, tmp_path):
@@ -75,7 +76,8 @@ class TestParse:
 
         path = tmp_path / "latin1.toml"
         path.write_bytes(b'[generators.a]\ndescription = "caf\xe9"\n')
-        with pytest.raises(ConfigError, match=r"latin1.toml' is not UTF-8 text: byte 0xe9 on line 2"):
+        with pytest.raises(ConfigError,
+                           match=r"latin1.toml' is not UTF-8 text: byte 0xe9 on line 2"):
             load_config(path)
         for args in (("config", "check", str(path)), ("next", "-c", str(path))):
             code, out, err = run_cli(capsys, *args)
@@ -89,7 +91,8 @@ class TestParse:
                      'strategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
                      'key = "bad key"\n')
         code, _, err = run_cli(capsys, "config", "check", str(path))
-        assert code == 2 and err.startswith("error: generators.a.key: 'bad key' is not a valid segment key")
+        assert code == 2 and err.startswith("error: generators.a.key: 'bad key' is not a valid "
+                                            "segment key")
 
     def test_bad_toml(self, tmp_path):
         """Broken TOML says where."""
@@ -99,35 +102,59 @@ class TestParse:
 
 BAD_CASES = [
     ({"generatorz": {}}, r"^generatorz: unknown key.*did you mean 'generators'"),
-    ({"generators": {"g": {"strategy": "snowflak"}}}, r"generators.g.strategy: unknown strategy 'snowflak'.*did you mean 'snowflake'"),
-    ({"generators": {"g": {"layout": "snowflak", "allocator": "static"}}}, r"generators.g.layout: unknown layout 'snowflak'; known: .*did you mean 'snowflake'"),
-    ({"generators": {"g": {"clock": "sytem", "allocator": "static"}}}, r"generators.g.clock: unknown clock 'sytem'.*did you mean 'system'"),
-    ({"generators": {"g": {"allocator": {"type": "statik"}}}}, r"generators.g.allocator.type: unknown allocator 'statik'.*did you mean 'static'"),
-    ({"generators": {"g": {"allocator": {"type": "static", "worker": 3}}}}, r"generators.g.allocator.worker: unknown key.*did you mean 'worker_id'"),
-    ({"generators": {"g": {"allocator": {"type": "static", "worker_id": "three"}}}}, r"generators.g.allocator.worker_id: expected an integer"),
-    ({"generators": {"g": {"layuot": "snowflake", "allocator": "static"}}}, r"generators.g.layuot: unknown key.*did you mean 'layout'"),
+    ({"generators": {"g": {"strategy": "snowflak"}}},
+     r"generators.g.strategy: unknown strategy 'snowflak'.*did you mean 'snowflake'"),
+    ({"generators": {"g": {"layout": "snowflak", "allocator": "static"}}},
+     r"generators.g.layout: unknown layout 'snowflak'; known: .*did you mean 'snowflake'"),
+    ({"generators": {"g": {"clock": "sytem", "allocator": "static"}}},
+     r"generators.g.clock: unknown clock 'sytem'.*did you mean 'system'"),
+    ({"generators": {"g": {"allocator": {"type": "statik"}}}},
+     r"generators.g.allocator.type: unknown allocator 'statik'.*did you mean 'static'"),
+    ({"generators": {"g": {"allocator": {"type": "static", "worker": 3}}}},
+     r"generators.g.allocator.worker: unknown key.*did you mean 'worker_id'"),
+    ({"generators": {"g": {"allocator": {"type": "static", "worker_id": "three"}}}},
+     r"generators.g.allocator.worker_id: expected an integer"),
+    ({"generators": {"g": {"layuot": "snowflake", "allocator": "static"}}},
+     r"generators.g.layuot: unknown key.*did you mean 'layout'"),
     ({"generators": {"g": {}}}, r"generators.g.allocator: is required"),
-    ({"generators": {"g": {"clock": {"type": "system", "max_backward": "soon"}, "allocator": "static"}}}, r"generators.g.clock.max_backward: "),
-    ({"generators": {"g": {"allocator": "static", "nodes": {"region": 1}}}}, r"generators.g.nodes.region: layout 'snowflake' has no such field"),
-    ({"generators": {"g": {"layout": "region-split", "allocator": "static", "nodes": {"region": 9}}}}, r"generators.g.nodes.region: 9 does not fit in 3 bits"),
-    ({"generators": {"g": {"allocator": {"type": "static", "worker_id": 5000}}}}, r"generators.g.allocator.worker_id: worker id 5000 is outside the worker range 0..1023 of layout 'snowflake'"),
-    ({"generators": {"g": {"allocator": "static", "on_lease_lost": "panic"}}}, r"generators.g.on_lease_lost: expected one of .stop., .exit., .restart."),
-    ({"layouts": {"l": {"fields": [["time", 41], ["worker", 10], ["sequence", 11]]}}}, r"layouts.l.fields: the fields add up to 62 bits"),
-    ({"layouts": {"snowflake": {"fields": [["time", 41], ["worker", 10], ["sequence", 12]]}}}, r"layouts.snowflake: a layout named 'snowflake' is already registered"),
+    ({"generators": {"g": {"clock": {"type": "system", "max_backward": "soon"},
+                           "allocator": "static"}}}, r"generators.g.clock.max_backward: "),
+    ({"generators": {"g": {"allocator": "static", "nodes": {"region": 1}}}},
+     r"generators.g.nodes.region: layout 'snowflake' has no such field"),
+    ({"generators": {"g": {"layout": "region-split", "allocator": "static",
+                           "nodes": {"region": 9}}}},
+     r"generators.g.nodes.region: 9 does not fit in 3 bits"),
+    ({"generators": {"g": {"allocator": {"type": "static", "worker_id": 5000}}}},
+     r"generators.g.allocator.worker_id: worker id 5000 is outside the worker range 0..1023 of "
+     r"layout 'snowflake'"),
+    ({"generators": {"g": {"allocator": "static", "on_lease_lost": "panic"}}},
+     r"generators.g.on_lease_lost: expected one of .stop., .exit., .restart."),
+    ({"layouts": {"l": {"fields": [["time", 41], ["worker", 10], ["sequence", 11]]}}},
+     r"layouts.l.fields: the fields add up to 62 bits"),
+    ({"layouts": {"snowflake": {"fields": [["time", 41], ["worker", 10], ["sequence", 12]]}}},
+     r"layouts.snowflake: a layout named 'snowflake' is already registered"),
     ({"backends": {"b": {"url": "not a url"}}}, r"backends.b.url: 'not a url' is not a URL"),
     ({"backends": {"b": {}}}, r"backends.b.url: is required"),
-    ({"default": "nope", "generators": {"g": {"allocator": "static"}}}, r"default: unknown generator 'nope'"),
-    ({"generators": {"g": {"allocator": {"type": "sql", "heartbeat": "2h"}}}}, r"generators.g.allocator.heartbeat: heartbeat \(2h\) must be shorter"),
-    ({"generators": {"g": {"allocator": {"type": "sql", "safety_window": 0}}}}, r"generators.g.allocator.safety_window: safety_window must be at least 10ms"),
-    ({"generators": {"g": {"strategy": "segment", "key": "k", "stor": {}}}}, r"generators.g.stor: unknown key;.* store.*did you mean 'store'"),
+    ({"default": "nope", "generators": {"g": {"allocator": "static"}}},
+     r"default: unknown generator 'nope'"),
+    ({"generators": {"g": {"allocator": {"type": "sql", "heartbeat": "2h"}}}},
+     r"generators.g.allocator.heartbeat: heartbeat \(2h\) must be shorter"),
+    ({"generators": {"g": {"allocator": {"type": "sql", "safety_window": 0}}}},
+     r"generators.g.allocator.safety_window: safety_window must be at least 10ms"),
+    ({"generators": {"g": {"strategy": "segment", "key": "k", "stor": {}}}},
+     r"generators.g.stor: unknown key;.* store.*did you mean 'store'"),
     # TOML has inf and nan: a duration must be a finite number
-    ({"generators": {"g": {"clock": {"type": "system", "max_backward": float("inf")}, "allocator": "static"}}}, r"generators.g.clock.max_backward: .*finite"),
-    ({"generators": {"g": {"allocator": "static", "max_start_wait": float("inf")}}}, r"generators.g.max_start_wait: .*finite"),
-    ({"layouts": {"l": {"fields": [["time", 41], ["worker", 10], ["sequence", 12]], "unit": float("inf")}}}, r"layouts.l.unit: .*finite"),
+    ({"generators": {"g": {"clock": {"type": "system", "max_backward": float("inf")},
+                           "allocator": "static"}}}, r"generators.g.clock.max_backward: .*finite"),
+    ({"generators": {"g": {"allocator": "static", "max_start_wait": float("inf")}}},
+     r"generators.g.max_start_wait: .*finite"),
+    ({"layouts": {"l": {"fields": [["time", 41], ["worker", 10], ["sequence", 12]],
+                        "unit": float("inf")}}}, r"layouts.l.unit: .*finite"),
 ]
 
 
-@pytest.mark.parametrize(("data", "message"), BAD_CASES, ids=[m.split(":")[0].strip("^r") for _, m in BAD_CASES])
+@pytest.mark.parametrize(("data", "message"), BAD_CASES,
+                         ids=[m.split(":")[0].strip("^r") for _, m in BAD_CASES])
 def test_errors_name_the_dotted_path(data, message, host):
     """Every wrong config raises ConfigError naming the field, with a suggestion."""
     with pytest.raises(ConfigError, match=message):

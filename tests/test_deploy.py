@@ -177,7 +177,8 @@ def _verify(unit_text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     bin/flakekit is this interpreter's (verify checks that ExecStart= is executable)."""
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("systemd-analyze is missing: run scripts/install-systemd.sh (apt-get install systemd)")
+        pytest.skip("systemd-analyze is missing: run scripts/install-systemd.sh (apt-get install "
+                    "systemd)")
     opt = tmp_path / "opt"
     (opt / "bin").mkdir(parents=True, exist_ok=True)
     flakekit_bin = Path(sys.executable).with_name("flakekit")

@@ -12,8 +12,9 @@ Markers, an HTML comment on the line before a block (invisible on the site):
   use sparingly.
 
 A line with a placeholder (``flakekit COMMAND --help``, ``[--json]``) is a synopsis and
-does not run. A command's exit status must be 0, or non-zero when the block shows ``error:`` as its
-output; a python block that defines ``test_*`` functions (a test module) has them called; for ``flakekit layout`` and ``flakekit decode`` (deterministic) the output must
+does not run. A command's exit status must be 0, or non-zero when the block shows ``error:``
+as its output; a python block that defines ``test_*`` functions (a test module) has them
+called; for ``flakekit layout`` and ``flakekit decode`` (deterministic) the output must
 match the block's exactly. A command never prints a traceback.
 """
 

@@ -90,7 +90,8 @@ def test_docs_links_resolve():
     """Relative links between docs pages point at files that exist."""
     missing = []
     for page in DOCS.glob("*.md"):
-        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+        for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)",
+                                 page.read_text(encoding="utf-8")):
             if not (page.parent / target).exists():
                 missing.append(f"{page.name} -> {target}")
     # pages written by other work streams may land later; only check those that exist now

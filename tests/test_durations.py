@@ -30,7 +30,8 @@ REQUIRED: dict[str, dict[str, Any]] = {
 
 def _packages() -> list[str]:
     """flakekit and every bundled plugin's package (``plugins/*/flakekit_*``)."""
-    plugins = sorted(p.name for p in ROOT.glob("plugins/*/flakekit_*") if (p / "__init__.py").is_file())
+    plugins = sorted(p.name for p in ROOT.glob("plugins/*/flakekit_*")
+                     if (p / "__init__.py").is_file())
     return ["flakekit", *plugins]
 
 

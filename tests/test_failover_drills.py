@@ -1,8 +1,8 @@
 """Fail-over drills on a real PostgreSQL primary and streaming standby (asynchronous;
-the segment drill also on a MariaDB primary and GTID replica): replication cut, writes the standby never gets, kill -9 of the primary, promotion, the
-clients re-pointed. With ``FLAKEKIT_DRILL_UNPROTECTED=1`` each also runs with detection
-off, and must then find the duplicates it is about (the "before" of
-docs/replicated-databases.md)."""
+the segment drill also on a MariaDB primary and GTID replica): replication cut, writes the
+standby never gets, kill -9 of the primary, promotion, the clients re-pointed. With
+``FLAKEKIT_DRILL_UNPROTECTED=1`` each also runs with detection off, and must then find the
+duplicates it is about (the "before" of docs/replicated-databases.md)."""
 
 from __future__ import annotations
 

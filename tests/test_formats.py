@@ -60,7 +60,8 @@ class TestEncodings:
         assert IdFormat("base62").encode(top) == "LygHa16AHYF"
         assert IdFormat("base32").encode(top) == "FZZZZZZZZZZZZ"
         assert IdFormat("base32").encode(32) == "0000000000010"
-        assert DECIMAL.encode(42) == "42" and IdFormat("decimal", pad=True).encode(42) == "0" * 18 + "42"
+        assert DECIMAL.encode(42) == "42" and IdFormat("decimal",
+                                                       pad=True).encode(42) == "0" * 18 + "42"
         assert IdFormat("base62", prefix="ord_").encode(0) == "ord_00000000000"
 
     def test_crockford_reads_case_and_lookalikes(self):
@@ -73,13 +74,16 @@ class TestEncodings:
     @pytest.mark.parametrize(
         ("fmt", "text", "message"),
         [
-            (IdFormat("base62", "ord_"), "usr_0000000000z", "expected the prefix 'ord_', got 'usr_'"),
+            (IdFormat("base62", "ord_"), "usr_0000000000z",
+             "expected the prefix 'ord_', got 'usr_'"),
             (IdFormat("base62", "ord_"), "ord_", "no digits after the prefix"),
             (IdFormat("base62"), "00000-00000z", "'-' at position 6 is not a base62 digit"),
             (IdFormat("base32"), "000000000000U", "'U' at position 13 is not a base32 digit"),
             (IdFormat("hex"), "1" * 17, "17 digits, at most 16 for a 64-bit id"),
-            (IdFormat("base62"), "0" * 10, "10 characters, expected exactly 11 (exactly 11 base62 characters: 0-9, A-Z, a-z)"),
-            (IdFormat("base32", "ord_"), "ord_" + "1" * 12, "expected exactly 13 ('ord_' then exactly 13 base32"),
+            (IdFormat("base62"), "0" * 10,
+             "10 characters, expected exactly 11 (exactly 11 base62 characters: 0-9, A-Z, a-z)"),
+            (IdFormat("base32", "ord_"), "ord_" + "1" * 12,
+             "expected exactly 13 ('ord_' then exactly 13 base32"),
             (IdFormat("hex"), "ff", "2 characters, expected exactly 16"),
             (IdFormat("base62"), "zzzzzzzzzzz", "does not fit in 64 bits"),
         ],
@@ -92,13 +96,16 @@ class TestEncodings:
 
     def test_bad_formats_name_the_field(self):
         """An unknown encoding suggests the nearest; a bad prefix says the rule."""
-        with pytest.raises(ConfigError, match=r"format.encoding: unknown encoding 'base63'.*did you mean 'base62'"):
+        with pytest.raises(ConfigError,
+                           match=r"format.encoding: unknown encoding 'base63'.*did you mean "
+                                 r"'base62'"):
             IdFormat("base63")
         with pytest.raises(ConfigError, match=r"format.prefix: 'ord-' is not a valid prefix"):
             IdFormat("hex", prefix="ord-")
         with pytest.raises(ConfigError, match=r"generators.o.format.prefix"):
             IdFormat.from_config({"encoding": "hex", "prefix": "9_"}, "generators.o.format")
-        with pytest.raises(ConfigError, match=r"generators.o.format.prefx: unknown key.*did you mean 'prefix'"):
+        with pytest.raises(ConfigError,
+                           match=r"generators.o.format.prefx: unknown key.*did you mean 'prefix'"):
             IdFormat.from_config({"prefx": "o_"}, "generators.o.format")
         with pytest.raises(InvalidIdError, match="0..2\\*\\*64-1"):
             IdFormat("hex").encode(-1)
@@ -150,7 +157,8 @@ def test_format_string_shorthand_and_bad_config(tmp_path):
     path.write_text(CONFIG.format(fmt='"hex"'))
     assert flakekit.load(path).get("orders").id_format == IdFormat("hex")
     path.write_text(CONFIG.format(fmt='"base64"'))
-    with pytest.raises(ConfigError, match="generators.orders.format.encoding: unknown encoding 'base64'"):
+    with pytest.raises(ConfigError,
+                       match="generators.orders.format.encoding: unknown encoding 'base64'"):
         flakekit.load(path)
 
 
@@ -186,10 +194,12 @@ class TestCli:
     @pytest.mark.parametrize(
         ("args", "message"),
         [
-            (("decode", "ord_0000000000!", "-f", "base62"), "'!' at position 11 is not a base62 digit"),
+            (("decode", "ord_0000000000!", "-f", "base62"),
+             "'!' at position 11 is not a base62 digit"),
             (("decode", "ord_24crCcq7Nr", "-f", "base62"), "10 characters, expected exactly 11"),
             (("decode", "123", "-f", "base63"), "--format: unknown encoding 'base63'"),
-            (("next", "--prefix", "ord", "-c", "{config}"), "--prefix: 'ord' is not a valid prefix"),
+            (("next", "--prefix", "ord", "-c", "{config}"),
+             "--prefix: 'ord' is not a valid prefix"),
             (("decode", "ord_abc"), "id 'ord_abc' is not an integer or an id string"),
         ],
     )

@@ -47,7 +47,8 @@ class TestBuiltins:
         when = dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=dt.UTC)
         value = SNOWFLAKE.compose(time=when, worker=3, sequence=4)
         assert SNOWFLAKE.timestamp(value) == when
-        assert SNOWFLAKE.decompose(value) == {"time": SNOWFLAKE.tick(when), "worker": 3, "sequence": 4}
+        assert SNOWFLAKE.decompose(value) == {"time": SNOWFLAKE.tick(when), "worker": 3,
+                                              "sequence": 4}
 
 
 class TestValidation:
@@ -88,11 +89,14 @@ class TestValidation:
     def test_unknown_key_suggests(self):
         """A misspelt layout key suggests the right one."""
         with pytest.raises(LayoutError, match="did you mean 'epoch'"):
-            BitLayout.from_mapping("x", {"fields": [["time", 41], ["worker", 10], ["sequence", 12]], "epoc": 0})
+            BitLayout.from_mapping("x",
+                                   {"fields": [["time", 41], ["worker", 10], ["sequence", 12]],
+                                    "epoc": 0})
 
     def test_part_out_of_range(self):
         """A part that does not fit names the field and the allowed range."""
-        with pytest.raises(PartValueError, match=r"worker: 1024 does not fit in 10 bits; allowed 0..1023"):
+        with pytest.raises(PartValueError,
+                           match=r"worker: 1024 does not fit in 10 bits; allowed 0..1023"):
             SNOWFLAKE.compose(time=1, worker=1024)
         with pytest.raises(PartValueError, match="no such field"):
             SNOWFLAKE.compose(time=1, wroker=1)
@@ -108,7 +112,8 @@ class TestValidation:
     def test_hex_and_string_ids(self):
         """IDs may be given as decimal or hex strings."""
         value = SNOWFLAKE.compose(time=99, worker=5, sequence=6)
-        assert SNOWFLAKE.decompose(hex(value)) == SNOWFLAKE.decompose(str(value)) == SNOWFLAKE.decompose(value)
+        assert (SNOWFLAKE.decompose(hex(value)) == SNOWFLAKE.decompose(str(value))
+                == SNOWFLAKE.decompose(value))
 
     def test_warnings(self):
         """53-bit layouts are JavaScript-safe; a short time field warns of overflow."""
@@ -127,7 +132,8 @@ def layouts_and_parts(draw):
     seq_bits = draw(st.integers(1, min(22, total - time_bits - 1)))
     rest = total - time_bits - seq_bits
     n_nodes = draw(st.integers(1, min(3, rest)))
-    cuts = sorted(draw(st.lists(st.integers(1, rest - 1), min_size=n_nodes - 1, max_size=n_nodes - 1, unique=True))) if n_nodes > 1 else []
+    cuts = sorted(draw(st.lists(st.integers(1, rest - 1), min_size=n_nodes - 1,
+                                max_size=n_nodes - 1, unique=True))) if n_nodes > 1 else []
     sizes = [b - a for a, b in zip([0, *cuts], [*cuts, rest])]
     nodes = [(f"n{i}", size) for i, size in enumerate(sizes)]
     position = draw(st.integers(0, len(nodes)))

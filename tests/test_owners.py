@@ -39,7 +39,8 @@ def spec_owner(key: str, pairs: list[list]) -> str:
 # -- golden vectors ------------------------------------------------------------------------------
 def test_vectors_file_is_what_the_script_writes():
     """docs/cluster-hrw-vectors.json is regenerated identically (deterministic, not edited)."""
-    spec = importlib.util.spec_from_file_location("hrw_vectors", ROOT / "scripts" / "hrw_vectors.py")
+    spec = importlib.util.spec_from_file_location("hrw_vectors",
+                                                  ROOT / "scripts" / "hrw_vectors.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

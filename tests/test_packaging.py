@@ -185,8 +185,10 @@ def _version(directory: Path, package: str) -> str:
     project = tomllib.loads((directory / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     if "version" in project:
         return str(project["version"])
-    source = directory / ("flakekit/__about__.py" if package == "flakekit" else f"{package}/__init__.py")
+    source = directory / ("flakekit/__about__.py" if package == "flakekit"
+                          else f"{package}/__init__.py")
     namespace: dict = {}
-    line = next(x for x in source.read_text(encoding="utf-8").splitlines() if x.startswith("__version__"))
+    line = next(x for x in source.read_text(encoding="utf-8").splitlines()
+                if x.startswith("__version__"))
     exec(line, namespace)
     return str(namespace["__version__"])

@@ -329,7 +329,8 @@ class TestStrict:
             day = store.db_now().strftime("%Y%m%d")
             values = [owner.next_id("inv")[0] for _ in range(25)]   # three fenced fetches
             assert values == sorted(set(values))
-            assert all(str(v).startswith(day) for v in values) or store.db_now().strftime("%H%M") == "0000"
+            assert (all(str(v).startswith(day) for v in values)
+                    or store.db_now().strftime("%H%M") == "0000")
             with pytest.raises(NotOwnerError):
                 other.next_id("inv")
             row = f"inv@{str(values[0])[:8]}"

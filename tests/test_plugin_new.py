@@ -94,7 +94,8 @@ def test_generated_code_passes_ruff_with_the_repo_config(skeleton):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("name", ["Acme", "acme_ids", "acme.ids", "acme-", "acme--ids", "1acme", ""])
+@pytest.mark.parametrize("name",
+                         ["Acme", "acme_ids", "acme.ids", "acme-", "acme--ids", "1acme", ""])
 def test_bad_name_is_one_line_and_exit_2(name, tmp_path, capsys):
     status, out, err = run_cli(capsys, "plugin", "new", name, "--dir", str(tmp_path))
     assert (status, out) == (2, "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import types
 from pathlib import Path
@@ -16,13 +17,20 @@ from click.testing import CliRunner
 from flakekit import hookimpl
 from flakekit.builtin.layouts import SNOWFLAKE
 from flakekit.builtin.static import StaticAllocator, StaticSettings
-from flakekit.errors import ClockMovedBackwardsError, DuplicateRegistrationError, LeaseLostError
+from flakekit.errors import (
+    ClockMovedBackwardsError,
+    DuplicateRegistrationError,
+    LeaseLostError,
+    PluginLoadError,
+)
 from flakekit.generators.snowflake import SnowflakeGenerator
-from flakekit.pluginhost.host import PluginHost
+from flakekit.pluginhost import host as host_module
+from flakekit.pluginhost.host import BUILTIN_PLUGINS, PluginHost
 from flakekit.testing import ManualClock
 from flakekit.values.layout import BitLayout
 
 DIST = "flakekit-example-plugin"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _flakekit(bin_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -46,7 +54,8 @@ class TestExamplePlugin:
         assert "layout:js-safe" in plugins.stdout and "clock:offset" in plugins.stdout
         listing = _flakekit(example_plugin_venv, "layout", "list")
         assert listing.returncode == 0, listing.stderr
-        assert any(line.split()[:2] == ["js-safe", "41/4/8"] for line in listing.stdout.splitlines())
+        assert any(line.split()[:2] == ["js-safe",
+                                        "41/4/8"] for line in listing.stdout.splitlines())
         show = _flakekit(example_plugin_venv, "layout", "show", "js-safe", "--json")
         assert show.returncode == 0, show.stderr
         assert '"total_bits": 53' in show.stdout and '"worker_field": "worker"' in show.stdout
@@ -158,6 +167,43 @@ class TestRegistration:
         """An extra plugin loaded before the built-ins collides with them at load()."""
         with pytest.raises(DuplicateRegistrationError, match="flakekit.builtin.layouts"):
             PluginHost().load(entrypoints=False, extra=[LayoutPlugin("sonyflake")])
+
+    def test_entry_point_taking_a_builtin_name_is_broken_not_fatal(self, monkeypatch):
+        """docs/plugins.md and hooks.md: an entry-point plugin registering a built-in's name
+        is recorded as broken (naming itself to disable); the host loads, the built-in
+        keeps the name, building a config refuses."""
+        class FakeEntryPoint:
+            name, dist, version, value = "dup", "flakekit-dup", "0.1", "flakekit_dup"
+
+            def load(self):
+                return LayoutPlugin("snowflake")
+
+        monkeypatch.setattr(host_module, "flakekit_entry_points", lambda group: [FakeEntryPoint()])
+        monkeypatch.delenv("FLAKEKIT_LOAD_PLUGINS", raising=False)
+        monkeypatch.delenv("FLAKEKIT_DISABLE_PLUGINS", raising=False)
+        host = PluginHost().load()
+        assert [b.name for b in host.broken] == ["dup"]
+        assert host.layouts.get("snowflake").plugin == "flakekit.builtin.layouts"
+        assert host.layout("snowflake") == SNOWFLAKE
+        with pytest.raises(PluginLoadError) as info:
+            host.check_broken()
+        assert str(info.value) == (
+            "plugin 'dup' (entry point flakekit:dup, distribution flakekit-dup 0.1) is broken: "
+            "registering failed: layout 'snowflake' is registered by both plugin 'dup' and "
+            "plugin 'flakekit.builtin.layouts'; uninstall or disable one "
+            "(FLAKEKIT_DISABLE_PLUGINS=dup); fix it, or skip it with FLAKEKIT_DISABLE_PLUGINS=dup")
+
+    def test_docs_state_the_duplicate_message_and_the_builtins(self):
+        """docs/plugins.md quotes the duplicate message the code writes (disable the plugin
+        that is not a built-in) and lists every built-in plugin in load order."""
+        doc = " ".join((ROOT / "docs" / "plugins.md").read_text(encoding="utf-8").split())
+        message = str(DuplicateRegistrationError("layout", "snowflake", "example",
+                                                 "flakekit.builtin.layouts"))
+        assert f"`{message}`" in doc
+        listed = doc.split("4. the built-ins: ", 1)[1].split(";", 1)[0]
+        names = [f"`{listed.split('`')[1]}`"] + [f"`flakekit.builtin{n}`"
+                                                 for n in re.findall(r"`(\.[a-z_]+)`", listed)]
+        assert names == [f"`{m}`" for m in BUILTIN_PLUGINS]
 
     def test_misspelt_hook_fails_check_pending(self):
         """A hook name that matches no spec is a PluginValidationError, not silence."""

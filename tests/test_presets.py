@@ -34,8 +34,10 @@ class TestVectors:
         parts = DISCORD.decompose(175928847299117063)
         assert parts == {"time": 41944705796, "worker": 1, "process": 0, "sequence": 7}
         assert ms(DISCORD.timestamp(175928847299117063)) == 1462015105796
-        assert DISCORD.timestamp(175928847299117063).isoformat() == "2016-04-30T11:18:25.796000+00:00"
-        assert DISCORD.compose(time=41944705796, worker=1, process=0, sequence=7) == 175928847299117063
+        stamp = DISCORD.timestamp(175928847299117063)
+        assert stamp.isoformat() == "2016-04-30T11:18:25.796000+00:00"
+        assert DISCORD.compose(time=41944705796, worker=1, process=0,
+                               sequence=7) == 175928847299117063
 
     def test_twitter_example_tweet(self):
         """Wikipedia's "Snowflake ID" article: a tweet by @Wikipedia in June 2022 has ID
@@ -44,7 +46,8 @@ class TestVectors:
         parts = TWITTER.decompose(1541815603606036480)
         assert parts == {"time": 1656432460105 - 1288834974657, "datacenter": 11, "worker": 26,
                          "sequence": 0}
-        assert TWITTER.timestamp(1541815603606036480) == dt.datetime(2022, 6, 28, 16, 7, 40, 105000, tzinfo=UTC)
+        assert TWITTER.timestamp(1541815603606036480) == dt.datetime(2022, 6, 28, 16, 7, 40, 105000,
+                                                                     tzinfo=UTC)
 
     def test_twitter_idworker_formula(self):
         """twitter-archive/snowflake IdWorker.scala: (t - twepoch) << 22 | datacenter << 17
@@ -76,7 +79,8 @@ class TestVectors:
         sony = sonyflake.Sonyflake(start_time=dt.datetime(2025, 1, 1, tzinfo=UTC), machine_id=7)
         when = dt.datetime(2026, 3, 4, 5, 6, 7, 890000, tzinfo=UTC)
         for seq in (0, 1, 255):
-            assert SONYFLAKE_V2.compose(time=when, sequence=seq, machine=7) == sony.compose(when, seq, 7)
+            assert SONYFLAKE_V2.compose(time=when, sequence=seq, machine=7) == sony.compose(when,
+                                                                                            seq, 7)
 
     def test_instagram_blog_example(self):
         """Instagram Engineering, "Sharding & IDs at Instagram": 1387263000 ms since the
@@ -159,10 +163,12 @@ class TestDecodeCommand:
     def test_many_ids_and_stdin_as_json_lines(self, capsys, monkeypatch):
         """Arguments and `-` (stdin, one per line) mix; --json is one object per line."""
         code, out, err = run(capsys, "decode", "175928847299117063", "-", "-l", "discord", "--json",
-                             stdin="\n1541815603606036480\n  175928847299117064 \n", monkeypatch=monkeypatch)
+                             stdin="\n1541815603606036480\n  175928847299117064 \n",
+                             monkeypatch=monkeypatch)
         assert code == 0, err
         rows = [json.loads(line) for line in out.splitlines()]
-        assert [r["id"] for r in rows] == [175928847299117063, 1541815603606036480, 175928847299117064]
+        assert [r["id"] for r in rows] == [175928847299117063, 1541815603606036480,
+                                           175928847299117064]
         assert rows[2]["sequence"] == 8
 
     def test_a_bad_id_among_many(self, capsys):
@@ -185,7 +191,8 @@ class TestDecodeCommand:
         result = json.loads(out)
         assert result["id_str"] == "175928847299117063" and result["verdict"] == "ambiguous"
         readings = {r["layout"]: r for r in result["readings"]}
-        assert set(readings) >= {"twitter", "discord", "sonyflake-v2", "instagram", "mastodon", "snowflake"}
+        assert set(readings) >= {"twitter", "discord", "sonyflake-v2", "instagram", "mastodon",
+                                 "snowflake"}
         assert readings["discord"]["plausible"] and readings["discord"]["parts"]["worker"] == 1
         assert readings["discord"]["timestamp"] == "2016-04-30T11:18:25.796Z"
         assert not readings["sonyflake-v2"]["plausible"] and not readings["mastodon"]["plausible"]
@@ -254,7 +261,8 @@ class TestEvidence:
         verdict = rank(FIVE["twitter"][0], [flakekit.layout(n) for n in LAYOUT_NAMES], self.NOW)
         assert verdict.kind == "ambiguous"
         group = next(g for g in verdict.summary.split("; ") if "2022-06-28T16:07:40.105Z" in g)
-        assert sorted(group.split(" (")[0].split(": ")[-1].split(" = ")) == ["region-split", "snowflake", "twitter"]
+        assert sorted(group.split(" (")[0].split(": ")[-1].split(" = ")) == ["region-split",
+                                                                             "snowflake", "twitter"]
         assert "discord (2026-08-25T14:24:45.448Z)" in verdict.summary
 
     def test_mastodon_before_2017_is_no_mastodon_id(self):
@@ -262,7 +270,8 @@ class TestEvidence:
         is implausible, with the reason."""
         from flakekit.values.readings import read
 
-        reading = read(MASTODON, MASTODON.compose(time=dt.datetime(1980, 1, 1, tzinfo=UTC)), self.NOW)
+        reading = read(MASTODON, MASTODON.compose(time=dt.datetime(1980, 1, 1, tzinfo=UTC)),
+                       self.NOW)
         assert not reading.plausible and "before 2017-01-01" in reading.evidence
 
     def test_max_as_mastodon_has_no_clamped_time(self):
@@ -287,7 +296,8 @@ class TestDecodeVerdicts:
         """`decode 2^64-1 -l mastodon`: one line, exit 1, no clamped date."""
         code, out, err = run(capsys, "decode", str(2**64 - 1), "-l", "mastodon")
         assert code == 1 and out == "" and len(err.splitlines()) == 1
-        assert "is no mastodon ID: its time lies after 9999-12-31" in err and "9999-12-31T" not in err
+        assert ("is no mastodon ID: its time lies after 9999-12-31" in err
+                and "9999-12-31T" not in err)
         assert "--all" in err
 
     def test_nothing_fits_exits_1(self, capsys):
@@ -302,7 +312,8 @@ class TestDecodeVerdicts:
     def test_bare_decode_of_a_foreign_id_says_so(self, capsys):
         """A tweet read as Sonyflake v2 lands in 2054: the reading is printed with a
         warning that suggests --all, and `plausible: false` in JSON."""
-        code, out, err = run(capsys, "decode", "1541815603606036480", "-l", "sonyflake-v2", "--json")
+        code, out, err = run(capsys, "decode", "1541815603606036480", "-l", "sonyflake-v2",
+                             "--json")
         assert code == 0 and json.loads(out)["plausible"] is False
         assert "does not look like a sonyflake-v2 ID: its time is in the future" in err
         assert "try `flakekit decode 1541815603606036480 --all`" in err
@@ -310,7 +321,8 @@ class TestDecodeVerdicts:
     def test_one_off_layouts(self, capsys):
         """--epoch/--bits and an inline table read the Discord vector at its published time."""
         code, out, err = run(capsys, "decode", "175928847299117063", "--epoch",
-                             "2015-01-01T00:00:00Z", "--bits", "time=42,worker=5,process=5,sequence=12",
+                             "2015-01-01T00:00:00Z", "--bits",
+                             "time=42,worker=5,process=5,sequence=12",
                              "--json")
         assert code == 0, err
         data = json.loads(out)

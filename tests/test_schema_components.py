@@ -124,7 +124,8 @@ def config(tmp_path: Path, url: str, workers: bool = True, segments: bool = True
         body += ('\n[generators.orders]\nallocator = { type = "sql", backend = "main", '
                  'service = "orders" }\n')
     if segments:
-        body += '\n[generators.invoice]\nstrategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
+        body += ('\n[generators.invoice]\nstrategy = "segment"\n'
+                 'store = { type = "sql", backend = "main" }\n')
     path = tmp_path / "flakekit.toml"
     path.write_text(body)
     return str(path)
@@ -162,7 +163,8 @@ class TestWorkers:
         engine, alloc = allocator(db_url)
         try:
             with pytest.raises(SchemaError) as info:
-                alloc.acquire(LeaseRequest(generator="orders", max_worker_id=1023, host="10.0.0.9", port=80))
+                alloc.acquire(LeaseRequest(generator="orders", max_worker_id=1023, host="10.0.0.9",
+                                           port=80))
             assert "workers schema" in str(info.value) and "version 1" in str(info.value)
             assert "run `flakekit db upgrade -c CONFIG`" in str(info.value)
 
@@ -182,7 +184,8 @@ class TestWorkers:
             assert "system_nodes_service_seen" in index_names(db_url)
             assert _rows(engine) == before
 
-            lease = alloc.acquire(LeaseRequest(generator="orders", max_worker_id=1023, host="10.0.0.9", port=80))
+            lease = alloc.acquire(LeaseRequest(generator="orders", max_worker_id=1023,
+                                               host="10.0.0.9", port=80))
             assert lease.worker_id == 2  # 0 and 1 are held by the v1 leases
             alloc.release(lease, 0)
         finally:
@@ -210,7 +213,8 @@ class TestWorkers:
         before = make_v1(db_url)
         engine, alloc = allocator(db_url, create_schema=True)
         try:
-            lease = alloc.acquire(LeaseRequest(generator="orders", max_worker_id=1023, host="10.0.0.9", port=80))
+            lease = alloc.acquire(LeaseRequest(generator="orders", max_worker_id=1023,
+                                               host="10.0.0.9", port=80))
             assert versions(db_url)["workers"] == 2
             assert _rows(engine)[:2] == before
             alloc.release(lease, 0)
@@ -432,7 +436,8 @@ class TestMachinery:
         assert surface.Component is Component and surface.Migration is Migration
         assert surface.register_component is schema.register_component
         assert surface.check_schema is schema.check_schema
-        assert {"Component", "Migration", "check_schema", "register_component"} <= set(surface.__all__)
+        assert {"Component", "Migration", "check_schema",
+                "register_component"} <= set(surface.__all__)
 
 
 def test_docs_name_the_commands():

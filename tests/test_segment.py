@@ -78,7 +78,8 @@ class TestSqlStore:
         first = store.fetch("orders")
         assert (first.start, first.max_id, first.step, first.db_step) == (1, 1001, 1000, 1000)
         custom = store.fetch("orders", 5000)
-        assert (custom.start, custom.max_id, custom.step, custom.db_step) == (1001, 6001, 5000, 1000)
+        assert (custom.start, custom.max_id, custom.step, custom.db_step) == (1001, 6001, 5000,
+                                                                              1000)
         assert store.keys() == ["orders"]
         assert store.info("orders")[0].max_id == 6001
         store.engine.dispose()
@@ -117,7 +118,8 @@ class TestSqlStore:
     def test_concurrent_fetches_are_disjoint(self, db_url):
         """Threads fetching the same key at once get disjoint ranges (row lock)."""
         engine = create_engine(db_url, **(
-            {"connect_args": {"timeout": 30, "check_same_thread": False}} if db_url.startswith("sqlite") else {}
+            {"connect_args": {"timeout": 30,
+                              "check_same_thread": False}} if db_url.startswith("sqlite") else {}
         ))
         store = SqlSegmentStore(engine)
         store.create("k", 7)
@@ -255,7 +257,8 @@ class TestSegmentGenerator:
             wait_until(lambda: len(store.fetches) == 2)
             wait_until(lambda: gen.stats().buffers[1].ready)
             buffers = gen.stats().buffers
-            assert buffers[0].as_dict() == {"slot": "current", "ready": True, "start": 1, "position": 12,
+            assert buffers[0].as_dict() == {"slot": "current", "ready": True, "start": 1,
+                                            "position": 12,
                                   "end": 101, "step": 100, "idle": 89}
             assert buffers[1].start == 101 and buffers[1].position == 101
 
@@ -723,7 +726,8 @@ class TestKit:
             'strategy = "segment"\nstore = { type = "sql", backend = "main" }\nkey = "invoice"\n'
         )
         runner = CliRunner()
-        result = runner.invoke(cli, ["segments", "create", "invoice", "--step", "50", "-c", str(cfg)])
+        result = runner.invoke(cli,
+                               ["segments", "create", "invoice", "--step", "50", "-c", str(cfg)])
         assert result.exit_code == 0, result.output
         result = runner.invoke(cli, ["segments", "--json", "-c", str(cfg)])
         assert result.exit_code == 0, result.output

@@ -35,7 +35,7 @@ def per_key_threads() -> list[str]:
             and t.name != "flakekit-segment-keys"]
 
 
-def sqlite_store(tmp_path, keys: int, step: int = 10) -> SqlSegmentStore:  # noqa: ANN001
+def sqlite_store(tmp_path, keys: int, step: int = 10) -> SqlSegmentStore:
     """A real SQLite store with ``keys`` rows; commits are not flushed to disk (these
     tests count threads, not durability: a flushed commit per fetch took 30-40 ms)."""
     engine = create_engine(f"sqlite:///{tmp_path / 'keys.db'}", connect_args={"timeout": 30})
@@ -68,7 +68,7 @@ class GatedStore:
     def where(self) -> str:
         return "sqlite (gated)"
 
-    def fetch(self, key: str, step: int | None = None):  # noqa: ANN201
+    def fetch(self, key: str, step: int | None = None):
         with self.lock:
             self.attempts[key] = self.attempts.get(key, 0) + 1
         if key in self.failing:
@@ -106,7 +106,7 @@ def serve_first_ids(service: SegmentService, keys: int, before: frozenset[int],
     return [x for r in results for x in r], peak[0]
 
 
-def check_many_keys(tmp_path, keys: int) -> None:  # noqa: ANN001
+def check_many_keys(tmp_path, keys: int) -> None:
     store = sqlite_store(tmp_path, keys)
     settings = SegmentSettings(preload=False, fetch_threads=2, wait_budget="60s")
     before = frozenset(t.ident for t in threading.enumerate() if t.ident is not None)
@@ -175,7 +175,8 @@ def test_back_off_per_key_without_a_thread_per_key(tmp_path):
     try:
         for key in sorted(failing):
             service.get(key)
-        wait_until(lambda: all(store.attempts.get(k, 0) >= 5 for k in failing), 30, what="five tries each")
+        wait_until(lambda: all(store.attempts.get(k, 0) >= 5 for k in failing), 30,
+                   what="five tries each")
         for key in sorted(failing):
             gen = service.get(key)
             # after 5+ failures the next delay is capped at retry_max
@@ -216,7 +217,8 @@ def test_close_waits_for_a_fetch_in_flight_then_gives_it_back(tmp_path):
     store = GatedStore(sqlite_store(tmp_path, 2, step=10))
     store.slow = {"k000000", "k000001"}
     pool = FetchPool(2)
-    gen = SegmentGenerator(store, "k000000", SegmentSettings(preload=False),  # type: ignore[arg-type]
+    gen = SegmentGenerator(store, "k000000",
+                           SegmentSettings(preload=False),  # type: ignore[arg-type]
                            pool=pool).start()
     wait_until(lambda: store.blocked == 1, 30, what="the fetch to hang")
     closing = threading.Thread(target=gen.close, kwargs={"timeout": 30})
@@ -230,7 +232,8 @@ def test_close_waits_for_a_fetch_in_flight_then_gives_it_back(tmp_path):
     assert store.inner.fetch("k000000", 1).max_id == 2
     # the bounded case: the deadline passes while the fetch still hangs
     store.gate.clear()
-    gen2 = SegmentGenerator(store, "k000001", SegmentSettings(preload=False),  # type: ignore[arg-type]
+    gen2 = SegmentGenerator(store, "k000001",
+                            SegmentSettings(preload=False),  # type: ignore[arg-type]
                             pool=pool).start()
     wait_until(lambda: store.blocked == 2, 30, what="the second fetch to hang")
     gen2.close(timeout=0.05)

@@ -2,10 +2,10 @@
 
 The burst runs as a discrete-event simulation on a manual clock: every millisecond the
 consumer asks for that millisecond's IDs with ``try_next_id()`` (once a call finds
-nothing, it and the rest of that millisecond's calls would have waited for a refill), and the store's round trip
-completes only once the manual clock has moved past its latency. Every step waits (for
-real) until the fetcher thread is idle or blocked in the store, so the counts are exact:
-counted, not timed.
+nothing, it and the rest of that millisecond's calls would have waited for a refill), and
+the store's round trip completes only once the manual clock has moved past its latency.
+Every step waits (for real) until the fetcher thread is idle or blocked in the store, so the
+counts are exact: counted, not timed.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class SlowStore:
 class Sim:
     """Drive one generator through a traffic schedule, one manual millisecond a step."""
 
-    def __init__(self, tmp_path, hunger: bool, *, step: int = 1000, latency_ms: int = 10,  # noqa: ANN001
+    def __init__(self, tmp_path, hunger: bool, *, step: int = 1000, latency_ms: int = 10,
                  **settings: object) -> None:
         self.clock = ManualClock()
         inner = SqlSegmentStore(create_engine(f"sqlite:///{tmp_path / f'h{hunger}.db'}"))
@@ -86,14 +86,16 @@ class Sim:
             with gen._cond:
                 wanted = gen._fetch_wanted
             if wanted and store.due is None:
-                wait_until(lambda: store.due is not None or not gen._fetch_wanted, 10, what="the fetch")
+                wait_until(lambda: store.due is not None or not gen._fetch_wanted, 10,
+                           what="the fetch")
                 continue
             if store.due is not None and self.clock.monotonic_ns() >= store.due:
                 installed = gen.installed
                 with store.cond:
                     store.released = True
                     store.cond.notify_all()
-                wait_until(lambda before=installed: gen.installed > before, 10, what="the new segment")
+                wait_until(lambda before=installed: gen.installed > before, 10,
+                           what="the new segment")
                 continue
             return
 
@@ -180,7 +182,7 @@ def test_without_latency_hunger_never_grows(tmp_path):
 
 
 # -- TTL -----------------------------------------------------------------------------------
-def ttl_gen(tmp_path, **settings):  # noqa: ANN001, ANN201
+def ttl_gen(tmp_path, **settings):
     clock = ManualClock()
     store = SqlSegmentStore(create_engine(f"sqlite:///{tmp_path / 'ttl.db'}"))
     store.create("k", 100)

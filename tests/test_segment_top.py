@@ -75,7 +75,8 @@ class TestNearTheTop:
             assert row(store, "k") == (ISSUE_START + 1000, 1000)  # nothing moved
         last = store.fetch("k", 499)
         assert last.max_id == MAX_ID
-        with pytest.raises(SegmentRowError, match=r"used up: max_id is 9223372036854775807") as caught:
+        with pytest.raises(SegmentRowError,
+                           match=r"used up: max_id is 9223372036854775807") as caught:
             store.fetch("k", 1)
         assert caught.value.room == 0
         assert row(store, "k") == (MAX_ID, 1000)
@@ -162,7 +163,8 @@ class TestBadRows:
                 store.fetch("s", step)
         assert row(store, "s") == (5, "lots")
 
-    def test_segments_lists_a_table_with_one_bad_row_and_flags_it(self, store, db_url, tmp_path, capsys):
+    def test_segments_lists_a_table_with_one_bad_row_and_flags_it(self, store, db_url, tmp_path,
+                                                                  capsys):
         store.create("good", 1000)
         store.create("bad", 1000)
         store.create("full", 1000, start=MAX_ID - 1000)
@@ -195,10 +197,12 @@ class TestBadRows:
         is listed, flagged, and not served."""
         config = tmp_path / "flakekit.toml"
         config.write_text(f'[backends.default]\nurl = "{db_url}"\n')
-        code, out, err = run(capsys, "segments", "create", "bad key", "--step", "10", "-c", str(config))
+        code, out, err = run(capsys, "segments", "create", "bad key", "--step", "10", "-c",
+                             str(config))
         assert code == 2 and "'bad key' is not a valid segment key: use 1 to 128 of" in err
         assert not store.has_table() or not store.exists("bad key")
-        code, _, err = run(capsys, "segments", "create", "good.key:1", "--step", "10", "-c", str(config))
+        code, _, err = run(capsys, "segments", "create", "good.key:1", "--step", "10", "-c",
+                           str(config))
         assert code == 0, err
         execute(store, "INSERT INTO leaf_alloc (biz_tag, max_id, step, description) "
                        "VALUES ('.hidden', 1, 10, '')")

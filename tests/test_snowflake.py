@@ -32,7 +32,8 @@ def static(worker: int = 5) -> StaticAllocator:
     return StaticAllocator(StaticSettings(worker_id=worker))
 
 
-def manual_gen(worker: int = 5, layout: BitLayout = SNOWFLAKE, clock: ManualClock | None = None, **kw):
+def manual_gen(worker: int = 5, layout: BitLayout = SNOWFLAKE, clock: ManualClock | None = None,
+               **kw):
     clock = clock or ManualClock()
     return SnowflakeGenerator(layout, clock, static(worker), **kw).start(), clock
 
@@ -392,7 +393,8 @@ class TestOverflowAndNodes:
         """Fixed node fields from config go into every ID."""
         from flakekit.builtin.layouts import REGION_SPLIT
 
-        gen = SnowflakeGenerator(REGION_SPLIT, ManualClock(), static(100), nodes={"region": 6}).start()
+        gen = SnowflakeGenerator(REGION_SPLIT, ManualClock(), static(100),
+                                 nodes={"region": 6}).start()
         parts = REGION_SPLIT.decompose(gen.next_id())
         assert parts["region"] == 6 and parts["worker"] == 100
 

@@ -61,7 +61,7 @@ class Holder:
         self.thread.join(BLOCKED_S)
 
 
-def outcome_in_thread(call) -> BaseException | str:  # noqa: ANN001
+def outcome_in_thread(call) -> BaseException | str:
     """Run ``call`` in a thread; what it raised, or why it did not."""
     got: list[BaseException | str] = []
 
@@ -161,7 +161,7 @@ def test_real_fork_while_a_parent_thread_holds_the_lock(gil: bool, workers: int)
                          ids=["offset", "wall", "manual"])
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("layout", [SNOWFLAKE, SONYFLAKE], ids=["snowflake", "sonyflake"])
-def test_the_hot_loop_is_a_clock_read_a_draw_and_two_compares(clock, workers, layout) -> None:  # noqa: ANN001
+def test_the_hot_loop_is_a_clock_read_a_draw_and_two_compares(clock, workers, layout) -> None:
     """next_id's own code: no global, no attribute but the counter's, and no call but
     the clock, the draw and the slow path (a call added here costs every ID)."""
     gen = SnowflakeGenerator(layout, clock, StaticAllocator(StaticSettings(

@@ -49,7 +49,8 @@ def gen_of(layout: BitLayout, ids: object, clock: ManualClock | None = None,
     clock = clock or ManualClock()
     alloc = static(ids)
     n = len(parse_worker_ids(ids, "worker_id"))
-    return SnowflakeGenerator(layout, clock, alloc, workers=n, **kw).start(), clock  # type: ignore[arg-type]
+    return SnowflakeGenerator(layout, clock, alloc, workers=n,
+                              **kw).start(), clock  # type: ignore[arg-type]
 
 
 def increasing(ids: list[int]) -> bool:
@@ -102,7 +103,7 @@ class Leases:
         pass
 
 
-def keeper_of(gen: SnowflakeGenerator, worker: int):  # noqa: ANN201 - test helper
+def keeper_of(gen: SnowflakeGenerator, worker: int):  # test helper
     return next(k for k in gen.keepers if k.lease is not None and k.lease.worker_id == worker)
 
 
@@ -183,7 +184,7 @@ class TestOrder:
 
 
 class TestLosingIds:
-    def make(self, ids: list[int], clock: ManualClock | None = None):  # noqa: ANN201
+    def make(self, ids: list[int], clock: ManualClock | None = None):
         clock = clock or ManualClock()
         alloc = Leases(clock, ids)
         gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc, workers=len(ids)).start()
@@ -309,7 +310,8 @@ class TestLosingIds:
     def test_bad_workers(self):
         for bad in (0, -1, True, "2", 1025):
             with pytest.raises(ValueError, match="workers must be a whole number from 1 to 1024"):
-                SnowflakeGenerator(SNOWFLAKE, ManualClock(), static("0-1"), workers=bad)  # type: ignore[arg-type]
+                SnowflakeGenerator(SNOWFLAKE, ManualClock(), static("0-1"),
+                                   workers=bad)  # type: ignore[arg-type]
 
 
 class TestStatic:
@@ -347,7 +349,7 @@ class TestStatic:
         with pytest.raises(ConfigError, match=r"^allocator\.worker_id: all 2 configured"):
             gen.start()
 
-    def config(self, host, **gen):  # noqa: ANN001, ANN201
+    def config(self, host, **gen):
         table = {"strategy": "snowflake", "clock": "system", **gen}
         return build_kit(parse_config({"generators": {"g": table}}), host)
 
@@ -394,8 +396,8 @@ class OneLeasePlugin:
     built: list[int] = []
 
     @hookimpl
-    def flakekit_register_allocators(self, register):  # noqa: ANN001, ANN201
-        def build(settings, ctx):  # noqa: ANN001, ANN202
+    def flakekit_register_allocators(self, register):
+        def build(settings, ctx):
             OneLeasePlugin.built.append(ctx.instance)
             return StaticAllocator(StaticSettings(worker_id=10 + ctx.instance))
 
@@ -435,7 +437,8 @@ def holders(url: str) -> dict[int, str | None]:
     return {r[0]: r[1] for r in rows}
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+@pytest.mark.parametrize("kind",
+                         ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
 def test_sql_allocator_leases_n_distinct_ids_and_releases_them(kind, request, tmp_path):
     url = (f"sqlite:///{tmp_path / 'w.db'}" if kind == "sqlite"
            else request.getfixturevalue("pg_url"))

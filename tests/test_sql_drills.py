@@ -115,8 +115,10 @@ class TestPausedHolder:
 
 
 class TestDatabaseOutage:
-    @pytest.mark.parametrize("which", ["postgresql", pytest.param("mariadb", marks=pytest.mark.mariadb)])
-    def test_ids_until_deadline_then_errors_then_recovery(self, which, request, tcp_proxy, tmp_path):
+    @pytest.mark.parametrize("which",
+                             ["postgresql", pytest.param("mariadb", marks=pytest.mark.mariadb)])
+    def test_ids_until_deadline_then_errors_then_recovery(self, which, request, tcp_proxy,
+                                                          tmp_path):
         """Cut the database off: IDs flow until the lease deadline, then errors; they
         resume once it is back (the row was not reclaimed meanwhile)."""
         url = request.getfixturevalue("pg_url" if which == "postgresql" else "mariadb_url")
@@ -139,7 +141,8 @@ class TestDatabaseOutage:
                 assert time.monotonic() < deadline, "no IDs after the database came back"
                 time.sleep(0.1)
             during = [t for t in self.id_times(out) if cut_at < t < restored_at]
-            errors = [int(p[2]) for p in lines(out) if p[0] == "ERR" and cut_at < int(p[2]) < restored_at]
+            errors = [int(p[2]) for p in lines(out) if p[0] == "ERR"
+                      and cut_at < int(p[2]) < restored_at]
             assert during, "IDs must keep flowing until the lease deadline"
             assert errors, "IDs must stop at the lease deadline"
             last_ok = max(during)

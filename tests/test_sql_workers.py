@@ -77,7 +77,8 @@ def engines() -> Iterator[Any]:
 NODES_CLOCK = ManualClock()
 
 
-def make(engine: Engine, clock: Any = None, hook: EventRecorder | None = None, **kwargs: Any) -> SqlWorkerAllocator:
+def make(engine: Engine, clock: Any = None, hook: EventRecorder | None = None,
+         **kwargs: Any) -> SqlWorkerAllocator:
     kwargs.setdefault("service", "orders")
     kwargs.setdefault("host", "10.0.0.1")
     kwargs.setdefault("port", 8080)

@@ -51,7 +51,8 @@ class PluginRef:
             rest = dict(value)
             name = rest.pop("type", default_type)
             if not isinstance(name, str):
-                raise ConfigError(f"{path}.type", f"is required (e.g. type = \"{_EXAMPLE.get(kind, 'sql')}\")")
+                raise ConfigError(f"{path}.type",
+                                  f"is required (e.g. type = \"{_EXAMPLE.get(kind, 'sql')}\")")
             return cls(kind, name, rest, path, f"{path}.type" if "type" in value else path)
         raise ConfigError(path, f"expected a name or a table with a type, got {value!r}")
 

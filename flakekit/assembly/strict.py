@@ -19,6 +19,7 @@ import attrs
 from flakekit.errors import ClusterError
 
 if TYPE_CHECKING:
+    from flakekit.cluster.membership import KeyFence
     from flakekit.cluster.node import ClusterNode
     from flakekit.generators.segment import SegmentSettings
 
@@ -30,7 +31,7 @@ class StrictSegment:
     """Attributes:
         name: the generator's name in config.
         key: the segment key (``biz_tag``).
-        store: its segment store, which fences keys (a KeyFence).
+        store: its segment store, which fences keys.
         settings: the generator's segment settings (the node builds a new
             SegmentGenerator from them on every claim).
         store_type: the store's registered name (for descriptions).
@@ -38,7 +39,7 @@ class StrictSegment:
 
     name: str
     key: str
-    store: Any
+    store: KeyFence
     settings: SegmentSettings
     store_type: str = "sql"
     order: str = "strict"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import ClockFactory, Register
 from flakekit.values.clock import MonotonicClock, MonotonicSettings, SystemClock, SystemSettings
 
 
 @hookimpl
-def flakekit_register_clocks(register: Register) -> None:
+def flakekit_register_clocks(register: Register[ClockFactory]) -> None:
     register(
         "monotonic", MonotonicClock.from_settings, settings=MonotonicSettings,
         description="wall time read once, advanced by the monotonic clock (never goes back)",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import MembershipFactory, Register
 
 if TYPE_CHECKING:
     from flakekit.assembly.context import BuildContext
@@ -52,7 +52,7 @@ def build_sql_membership(settings: SqlMembershipSettings | None,
 
 
 @hookimpl
-def flakekit_register_memberships(register: Register) -> None:
+def flakekit_register_memberships(register: Register[MembershipFactory]) -> None:
     register("sql", build_sql_membership, settings=SqlMembershipSettings,
              description="members and the cluster view in SQL tables (PostgreSQL, "
              "MariaDB/MySQL, SQLite)")

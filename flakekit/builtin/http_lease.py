@@ -1,4 +1,5 @@
-"""Built-in ``http`` allocator: a worker id leased from a ``flakekit serve``, no database credentials.
+"""Built-in ``http`` allocator: a worker id leased from a ``flakekit serve``, no database
+credentials.
 
 ``allocator = {type = "http", url = "http://ids:8080", token = "${IDS_TOKEN}"}``
 
@@ -28,7 +29,7 @@ from attrs.validators import instance_of, optional
 from flakekit.errors import BackendError, ConfigError, LeaseLostError
 from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import AllocatorFactory, Register
 from flakekit.values.timeunits import Duration, duration_field
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
@@ -196,8 +197,8 @@ class HttpAllocator:
                               f"{valid / NS:g} s; the safety window must be less than half "
                               "of it")
         if deadline <= self.clock.monotonic_ns():
-            raise BackendError(f"lease server {self.settings.url}: the answer came after the lease's "
-                               "deadline (the request took longer than the validity)")
+            raise BackendError(f"lease server {self.settings.url}: the answer came after the "
+                               "lease's deadline (the request took longer than the validity)")
         if old is None:
             return lease
         return attrs.evolve(old, deadline_ns=deadline, stamp_until_ns=stamp_until)
@@ -213,7 +214,8 @@ class HttpAllocator:
 
         s = self.settings
         parts = urlsplit(s.url)
-        conn_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn_type = (http.client.HTTPSConnection if parts.scheme == "https"
+                     else http.client.HTTPConnection)
         conn = conn_type(parts.hostname or "", parts.port, timeout=s.timeout / NS)
         target = f"{PREFIX}{quote(self.name, safe='')}{quote(tail)}"
         if query:
@@ -224,7 +226,8 @@ class HttpAllocator:
             resp = conn.getresponse()
             status, body = resp.status, resp.read()
         except (OSError, http.client.HTTPException) as exc:
-            why = "timed out" if isinstance(exc, socket.timeout) else (str(exc) or type(exc).__name__)
+            why = ("timed out" if isinstance(exc, socket.timeout)
+                   else str(exc) or type(exc).__name__)
             raise BackendError(f"lease server {s.url}: {why}") from None
         finally:
             conn.close()
@@ -254,7 +257,7 @@ def build_http_allocator(settings: HttpAllocatorSettings | None, ctx: BuildConte
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "http", build_http_allocator, settings=HttpAllocatorSettings,
         description="a worker id leased from a `flakekit serve` (no database credentials)",

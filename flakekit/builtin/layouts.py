@@ -7,7 +7,7 @@ families users bring (twitter, discord, sonyflake-v2, instagram, mastodon), so
 from __future__ import annotations
 
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import LayoutFactory, Register
 from flakekit.values.layout import BitLayout
 
 SNOWFLAKE = BitLayout(
@@ -43,7 +43,8 @@ DISCORD = BitLayout(
     name="discord",
     fields=[["time", 42], ["worker", 5], ["process", 5], ["sequence", 12]],
     unit_ns="1ms", epoch_ms=1420070400000, total_bits=64,
-    description="Discord snowflakes: 42 time (1 ms since 2015) / 5 worker / 5 process / 12 increment",
+    description="Discord snowflakes: 42 time (1 ms since 2015) / 5 worker / 5 process / 12 "
+                "increment",
 )
 # sony/sonyflake v2 (v2/sonyflake.go): defaults 39 time bits of 10 ms, 8 sequence, 16
 # machine, and StartTime 2025-01-01 00:00:00 UTC (v1: 2014-09-01).
@@ -78,6 +79,6 @@ LAYOUTS = (SNOWFLAKE, SONYFLAKE, REGION_SPLIT, TWITTER, DISCORD, SONYFLAKE_V2, I
 
 
 @hookimpl
-def flakekit_register_layouts(register: Register) -> None:
+def flakekit_register_layouts(register: Register[LayoutFactory]) -> None:
     for layout in LAYOUTS:
         register(layout.name, layout, description=layout.description)

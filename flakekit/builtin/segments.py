@@ -9,7 +9,7 @@ import attrs
 
 from flakekit.errors import ConfigError, UnknownNameError
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import Register, SegmentStoreFactory
 from flakekit.sql.settings import SqlStoreSettings  # not sql.leaf: --help needs no SQLAlchemy
 from flakekit.values.keys import key_problem
 
@@ -32,7 +32,7 @@ class SqlStoreOptions(SqlStoreSettings):
 
 
 @hookimpl
-def flakekit_register_segment_stores(register: Register) -> None:
+def flakekit_register_segment_stores(register: Register[SegmentStoreFactory]) -> None:
     register(
         "sql", _build_sql_store, settings=SqlStoreOptions,
         description="Leaf's leaf_alloc table (PostgreSQL, MariaDB/MySQL, SQLite)",
@@ -71,6 +71,7 @@ def sql_store_refs(config: Config) -> list[SqlStoreRef]:
     from flakekit.assembly.kit import typed_generators
     from flakekit.assembly.settings import build_settings
     from flakekit.generators.segment import SegmentSettings
+    from flakekit.pluginhost.contracts import OrdersKeys
     from flakekit.pluginhost.host import get_host
 
     out = []
@@ -80,7 +81,8 @@ def sql_store_refs(config: Config) -> list[SqlStoreRef]:
                 key = spec.settings.key if isinstance(spec.settings, SegmentSettings) else None
                 out.append(SqlStoreRef(name, str(key or name),
                                        build_settings(SqlStoreOptions, ref.settings, ref.path),
-                                       getattr(spec.settings, "order", "node") == "strict"))
+                                       isinstance(spec.settings, OrdersKeys)
+                                       and spec.settings.order == "strict"))
     return out
 
 
@@ -174,7 +176,8 @@ def flakekit_register_commands(cli: click.Group) -> None:
 
     backend_option = click.option(
         "--backend", default=None,
-        help="Backend holding leaf_alloc. Default: those of the config's segment generators, else 'default'.",
+        help="Backend holding leaf_alloc. Default: those of the config's segment generators, else "
+             "'default'.",
     )
 
     @cli.group("segments", invoke_without_command=True)
@@ -182,7 +185,8 @@ def flakekit_register_commands(cli: click.Group) -> None:
     @backend_option
     @json_option
     @click.pass_context
-    def segments(ctx: click.Context, config_path: str | None, backend: str | None, as_json: bool) -> None:
+    def segments(ctx: click.Context, config_path: str | None, backend: str | None,
+                 as_json: bool) -> None:
         """Segment keys (Leaf's leaf_alloc): max_id, step, and who serves them."""
         if ctx.invoked_subcommand is not None:
             return
@@ -205,7 +209,8 @@ def flakekit_register_commands(cli: click.Group) -> None:
 
     @segments.command("create")
     @click.argument("key")
-    @click.option("--step", type=int, required=True, help="IDs per fetch (Leaf: ~10 min of peak traffic).")
+    @click.option("--step", type=int, required=True,
+                  help="IDs per fetch (Leaf: ~10 min of peak traffic).")
     @click.option("--start", type=int, default=1, show_default=True, help="The first ID.")
     @click.option("--description", default=None, help="Free text (Leaf's description column).")
     @config_option
@@ -227,7 +232,9 @@ def flakekit_register_commands(cli: click.Group) -> None:
         targets = store_targets(config, backend)
         if len(targets) > 1:
             names = ", ".join(f"{t.backend}/{t.table}" for t in targets)
-            raise ConfigError("--backend", f"the config's segment generators use several tables ({names}); choose one with --backend")
+            raise ConfigError("--backend",
+                              f"the config's segment generators use several tables ({names}); "
+                              "choose one with --backend")
         target = targets[0]
         pool = config.pool()
         try:

@@ -17,7 +17,7 @@ from attrs.validators import instance_of, optional
 
 from flakekit.errors import BackendError, ConfigError, FieldError, FlakekitError
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import AllocatorFactory, Register
 from flakekit.values.timeunits import Duration, duration_field, format_unit, to_duration
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
@@ -81,7 +81,8 @@ class SqlAllocatorSettings:
 
     backend: str = attrs.field(default="default", validator=instance_of(str))
     service: str | None = attrs.field(
-        default=None, validator=optional([instance_of(str), attrs.validators.min_len(1),  # type: ignore[arg-type]
+        default=None, validator=optional([instance_of(str),  # type: ignore[arg-type]
+                                          attrs.validators.min_len(1),
                                           attrs.validators.max_len(64)]))
     host: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     port: int | None = attrs.field(default=None, converter=_port)
@@ -137,7 +138,7 @@ def build_sql_allocator(settings: SqlAllocatorSettings | None, ctx: BuildContext
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "sql", build_sql_allocator, settings=SqlAllocatorSettings,
         description="leased worker ids in a database table (PostgreSQL, MariaDB, SQLite)",
@@ -382,7 +383,8 @@ def workers_release(ctx: click.Context, worker_id: int, config_path: str | None,
     from flakekit.sql.schema import WORKERS_COMPONENT, check_schema
     from flakekit.sql.workers import release_worker
 
-    config = load_config(config_path or ((ctx.parent and ctx.parent.params) or {}).get("config_path"))
+    parent = (ctx.parent and ctx.parent.params) or {}
+    config = load_config(config_path or parent.get("config_path"))
     gens = {g.name: g for g in _sql_generators(config)}
     if not gens:
         raise ConfigError("generators", "no generator uses allocator type \"sql\"")

@@ -20,7 +20,7 @@ import attrs
 from flakekit.errors import ConfigError
 from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import AllocatorFactory, Register
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
     from flakekit.assembly.context import BuildContext
@@ -176,7 +176,8 @@ class StaticAllocator:
                 )
             worker = free[0]
             self._held.add(worker)
-        return WorkerLease(worker_id=worker, epoch=1, holder=f"static@{request.host or self.hostname}")
+        return WorkerLease(worker_id=worker, epoch=1,
+                           holder=f"static@{request.host or self.hostname}")
 
     def renew(self, lease: WorkerLease, issued_until_ns: int) -> WorkerLease:
         # A fixed id never lapses: every renewal succeeds (a new value, so the keeper
@@ -216,7 +217,7 @@ def build_static(settings: StaticSettings | None, ctx: BuildContext) -> StaticAl
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "static", build_static, settings=StaticSettings,
         description="a fixed worker id from config, an environment variable or the host name",

@@ -19,7 +19,7 @@ from flakekit.assembly.strict import StrictSegment
 from flakekit.errors import ConfigError, LayoutError
 from flakekit.generators.segment_settings import SegmentSettings
 from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register
+from flakekit.pluginhost.registry import Register, StrategyFactory
 from flakekit.values.timeunits import Duration, duration_field
 
 if TYPE_CHECKING:  # the generators and contracts load when a factory runs, not for --help
@@ -140,6 +140,7 @@ def _check_workers(value: Any, layout: BitLayout, path: str) -> int | None:
 def build_snowflake(settings: SnowflakeStrategySettings, ctx: BuildContext) -> SnowflakeGenerator:
     """The ``snowflake`` strategy's factory."""
     from flakekit.generators.snowflake import SnowflakeGenerator
+    from flakekit.leases.lease import CountsWorkers, SeveralLeases
 
     path = ctx.path
     layout = ctx.resolve_layout(settings.layout, f"{path}.layout")
@@ -155,8 +156,8 @@ def build_snowflake(settings: SnowflakeStrategySettings, ctx: BuildContext) -> S
     workers = _check_workers(settings.workers, layout, f"{path}.workers")
     base = ctx.instance * (workers or 1)   # id k of process p asks as instance p*N + k
     allocator = ctx.build(settings.allocator, attrs.evolve(ctx, instance=base))
-    count = getattr(allocator, "worker_count", None)  # static: "0-63" or a list names N
-    several = getattr(allocator, "several_leases", False)
+    count = allocator.worker_count if isinstance(allocator, CountsWorkers) else None
+    several = isinstance(allocator, SeveralLeases) and allocator.several_leases
     if several and isinstance(count, int) and (count > 1 or workers is not None):
         if workers is not None and workers != count:
             raise ConfigError(f"{path}.workers", f"is {workers} but {alloc_path}.worker_id "
@@ -209,7 +210,7 @@ def build_segment(settings: SegmentStrategySettings,
     if settings.order == "strict":
         reg = ctx.plugins.segment_stores.get(settings.store.type, settings.store.type_path)
         check_contract(store, KeyFence, reg, settings.store.path)
-        if getattr(ctx.parts[-1].settings, "keys", "one") != "one":
+        if _all_keys(ctx):
             raise ConfigError(f"{settings.store.path}.keys", "order = \"strict\" serves one key "
                               "per generator; remove keys (or use order = \"node\")")
         return StrictSegment(ctx.generator, key, store, settings, settings.store.type)
@@ -226,22 +227,31 @@ def _check_periodic(store: Any, key: str, settings: SegmentStrategySettings,
                     ctx: BuildContext) -> None:
     """``reset``: the store must read the database's clock and create period rows, and
     serve one key (a table's every key has no period rule)."""
+    from flakekit.generators.stores import PeriodStore
+
     path = f"{ctx.path}.reset"
     if "@" in key:
         raise ConfigError(f"{ctx.path}.key", f"{key!r}: a periodic counter's key may not "
                           "contain '@' (its period rows are named KEY@20261201)")
-    if not (callable(getattr(store, "db_now", None))
-            and callable(getattr(store, "ensure_period_key", None))):
+    if not isinstance(store, PeriodStore):
         raise ConfigError(path, f"segment store {settings.store.type!r} cannot tell the "
                           "period by the database's clock (it has no db_now() and "
                           "ensure_period_key()); use the sql store")
-    if getattr(ctx.parts[-1].settings, "keys", "one") != "one":
+    if _all_keys(ctx):
         raise ConfigError(f"{settings.store.path}.keys", "a periodic counter (reset) serves "
                           "its own key's periods; remove keys = \"all\"")
 
 
+def _all_keys(ctx: BuildContext) -> bool:
+    """Whether the store just built serves every key of its table (``keys = "all"``)."""
+    from flakekit.builtin.segments import SqlStoreOptions
+
+    options = ctx.parts[-1].settings
+    return isinstance(options, SqlStoreOptions) and options.keys != "one"
+
+
 @hookimpl
-def flakekit_register_strategies(register: Register) -> None:
+def flakekit_register_strategies(register: Register[StrategyFactory]) -> None:
     register("snowflake", build_snowflake, settings=SnowflakeStrategySettings,
              description="time-ordered IDs: a bit layout, a clock and a leased worker id")
     register("segment", build_segment, settings=SegmentStrategySettings,

@@ -22,10 +22,10 @@ from flakekit.cli.main import (
 )
 
 # each adds its commands to ``cli``; after main so the group exists
-from flakekit.cli import cluster, ids, layouts, plugins, workers  # noqa: E402,F401  isort: skip
-from flakekit.cli import plugin_new  # noqa: E402,F401  isort: skip
-from flakekit.cli.ids import format_option, prefix_option  # noqa: E402  isort: skip
-from flakekit.cli.layouts import bit_diagram  # noqa: E402  isort: skip
+from flakekit.cli import cluster, ids, layouts, plugins, workers  # noqa: F401  isort: skip
+from flakekit.cli import plugin_new  # noqa: F401  isort: skip
+from flakekit.cli.ids import format_option, prefix_option  # isort: skip
+from flakekit.cli.layouts import bit_diagram  # isort: skip
 
 __all__ = [
     "USAGE_ERRORS", "bit_diagram", "cli", "config_option", "echo_json", "format_option",

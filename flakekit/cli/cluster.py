@@ -76,7 +76,7 @@ def _claims(kit: Kit) -> list[dict[str, Any]]:
     seen: set[str] = set()
     rows = []
     for gen in kit.strict_generators():
-        where = str(getattr(gen.store, "where", id(gen.store)))
+        where = gen.store.where
         if where in seen:
             continue
         seen.add(where)

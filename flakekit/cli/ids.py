@@ -149,7 +149,8 @@ def _decode_one(lay: Any, raw: str, fmt: Any, now: dt.datetime) -> dict[str, Any
               "instead of the layout's.")
 @click.option("--unit", default=None, help="One-off: this time unit (1ms, 10ms, 1s).")
 @click.option("--bits", default=None, metavar="SPEC", help="One-off: these fields, most "
-              "significant first: 41/10/12 (time/worker/sequence) or time=39,sequence=8,machine=16.")
+              "significant first: 41/10/12 (time/worker/sequence) or "
+              "time=39,sequence=8,machine=16.")
 @click.option("--all", "all_layouts", is_flag=True,
               help="Read each ID under every known layout, ranked by evidence; says "
               "'ambiguous' when readings with different times fit; exit 1 if none does.")

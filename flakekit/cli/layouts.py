@@ -100,7 +100,8 @@ def _parse_parts(lay: Any, parts: Sequence[str]) -> dict[str, Any]:
     for part in parts:
         key, sep, raw = part.partition("=")
         if not sep:
-            raise click.UsageError(f"{part!r}: expected FIELD=VALUE (fields: {', '.join(lay.names)})")
+            raise click.UsageError(
+                f"{part!r}: expected FIELD=VALUE (fields: {', '.join(lay.names)})")
         key = key.strip()
         if key == "time" and not raw.strip().lstrip("-").isdigit():
             try:
@@ -126,7 +127,8 @@ def _parse_parts(lay: Any, parts: Sequence[str]) -> dict[str, Any]:
 @json_option
 def layout_compose(name: str, parts: tuple[str, ...], config_path: str | None,
                    as_json: bool) -> None:
-    """Build an ID from parts: flakekit layout compose snowflake time=2024-01-01T00:00:00Z worker=3 sequence=1"""
+    """Build an ID from parts: flakekit layout compose snowflake time=2024-01-01T00:00:00Z worker=3
+    sequence=1"""
     lay = _layout(name, config_path)
     value = lay.compose(**_parse_parts(lay, parts))
     if as_json:

@@ -306,7 +306,8 @@ def run(func: Callable[[], Any]) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a bug or an unexpected backend error: still one line
-        click.echo(f"error: {type(exc).__name__}: {exc} (run with FLAKEKIT_DEBUG=1 for details)", err=True)
+        click.echo(f"error: {type(exc).__name__}: {exc} (run with FLAKEKIT_DEBUG=1 for details)",
+                   err=True)
         if _debug():
             raise
         return 1

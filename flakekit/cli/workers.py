@@ -29,7 +29,8 @@ def _details(extra: dict[str, Any]) -> str:
                     if v not in (None, "") and isinstance(v, (str, int)))[:60]
 
 
-_RECORD_KEYS = {"generator", "allocator", "worker_id", "epoch", "state", "last_seen", "mine", "holder"}
+_RECORD_KEYS = {"generator", "allocator", "worker_id", "epoch", "state", "last_seen", "mine",
+                "holder"}
 
 
 @cli.group(invoke_without_command=True)
@@ -61,7 +62,8 @@ def workers(ctx: click.Context, config_path: str | None, as_json: bool) -> None:
     if not rows:
         click.echo("no workers yet")
         return
-    header = ("GENERATOR", "ALLOCATOR", "ID", "EPOCH", "STATE", "LAST SEEN (UTC)", "WHERE", "HOLDER")
+    header = ("GENERATOR", "ALLOCATOR", "ID", "EPOCH", "STATE", "LAST SEEN (UTC)", "WHERE",
+              "HOLDER")
     table = [header] + [
         (r["generator"], r["allocator"], str(r["worker_id"]), str(r["epoch"]), r["state"],
          (r["last_seen"] or "-")[:19].replace("T", " "),

@@ -8,11 +8,13 @@ owner's give-back must find the row no longer its own and change nothing).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
-from typing import Any
 
 from flakekit.cluster.membership import KeyClaim, KeyFence
 from flakekit.errors import FenceError
+from flakekit.generators.stores import PeriodStore
+from flakekit.values.allocation import Allocation
 
 __all__ = ["FencedStore"]
 
@@ -33,10 +35,10 @@ class FencedStore:
         self.fenced = False
 
     @property
-    def where(self) -> Any:
-        return getattr(self.fence, "where", None)
+    def where(self) -> str:
+        return self.fence.where
 
-    def fetch(self, key: str, step: int | None = None) -> Any:
+    def fetch(self, key: str, step: int | None = None) -> Allocation:
         try:
             return self.fence.fetch(key, step, claim=self.claim)
         except FenceError:
@@ -46,14 +48,19 @@ class FencedStore:
     def give_back(self, key: str, expected_max_id: int, new_max_id: int) -> bool:
         return bool(self.fence.give_back(key, expected_max_id, new_max_id, claim=self.claim))
 
-    def db_now(self) -> Any:
+    def db_now(self) -> dt.datetime:
         """The fence's database clock (a periodic strict key tells its period by it)."""
-        return self.fence.db_now()  # type: ignore[attr-defined]
+        return self._periods().db_now()
 
     def ensure_period_key(self, key: str, step: int, start: int, description: str) -> bool:
         """Create a period row of the claimed key (rows are created unfenced: an insert
         that may lose the race moves no ``max_id``; every fetch is fenced)."""
-        return bool(self.fence.ensure_period_key(key, step, start, description))  # type: ignore[attr-defined]
+        return bool(self._periods().ensure_period_key(key, step, start, description))
+
+    def _periods(self) -> PeriodStore:
+        if not isinstance(self.fence, PeriodStore):  # a periodic key was refused at build
+            raise TypeError(f"store {self.fence.where} cannot serve periodic counters")
+        return self.fence
 
     def _lost(self) -> None:
         if not self.fenced:

@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from flakekit.values.allocation import Allocation
 from flakekit.values.cluster import Member, MemberInfo, View
 
 __all__ = [
@@ -27,8 +28,11 @@ __all__ = [
     "KeyClaim",
     "KeyFence",
     "KeyOwnerRecord",
+    "LapseMeansStopped",
     "MemberLease",
     "Membership",
+    "PollsView",
+    "ServeShare",
     "check_key_segment",
     "lapse_wait_ns",
     "proposed_members",
@@ -158,7 +162,7 @@ class Membership(Protocol):
     comes from the renewal re-reading the epoch); ``where`` names the store for messages.
 
     A record ``"left"`` proves its holder stopped (only the holder writes it, after it
-    stopped serving). Optional attribute ``lapse_means_stopped`` (default False): True
+    stopped serving). Optional capability :class:`LapseMeansStopped` (default False): True
     when a record the store shows ``"lapsed"`` proves its holder's own deadline has passed
     *without any wall clock* (ZooKeeper: the leader expires a session on its elapsed-time
     clock only its timeout after the last packet, and the holder stops before that). SQL
@@ -167,10 +171,10 @@ class Membership(Protocol):
     vanish early under a stuck leader. In every store a lapse is also proven by the
     claimer seeing the record's ``version`` unchanged since its first read of it for
     ``lapse_wait_ns(lease, serve_share)`` on its own clock, as every renewal writes the
-    record and then reads the view epoch *after* that write. Optional attribute
-    ``serve_share`` (default 1.0): a holder serves at most that share of its lease after
+    record and then reads the view epoch *after* that write. Optional capability
+    :class:`ServeShare` (default 1.0): a holder serves at most that share of its lease after
     the send of the renewal that wrote its record's current ``version`` (SQL, ZooKeeper,
-    etcd: 0.8). Optional attribute ``view_poll_s``: nodes read the view and the members
+    etcd: 0.8). Optional capability :class:`PollsView`: nodes read the view and the members
     that often, so a renewal is first read soon after its write.
     """
 
@@ -188,6 +192,32 @@ class Membership(Protocol):
     def set_draining(self, cluster: str, node: str, draining: bool) -> bool: ...
     def watch_view(self, cluster: str, callback: Callable[[], None] | None) -> None: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class LapseMeansStopped(Protocol):
+    """A membership that declares whether a record its store shows ``"lapsed"`` proves,
+    without any wall clock, that its holder has stopped (see :class:`Membership`):
+    ZooKeeper True; SQL and etcd False (a membership without it counts as False)."""
+
+    lapse_means_stopped: bool
+
+
+@runtime_checkable
+class ServeShare(Protocol):
+    """A membership whose holders serve at most ``serve_share`` of their lease after the
+    send of the renewal that wrote their record (see :class:`Membership`); a claimer
+    counts on it (a membership without it counts as 1.0)."""
+
+    serve_share: float
+
+
+@runtime_checkable
+class PollsView(Protocol):
+    """A membership whose store cannot notify a view change (SQL): nodes ask for the view
+    epoch every ``view_poll_s`` seconds, so a planned hand-off moves in about that time."""
+
+    view_poll_s: float
 
 
 @attrs.frozen
@@ -226,12 +256,17 @@ class KeyFence(Protocol):
     :class:`~flakekit.errors.FenceError` when the claim is no longer the row's.
     ``give_back(key, expected_max_id, new_max_id, claim=...)`` is fenced the same way
     (returns False instead of raising). ``key_owners()`` lists the table;
-    ``key_owner(key)`` reads one row (None: never claimed).
+    ``key_owner(key)`` reads one row (None: never claimed); ``where`` names the store
+    for messages.
     """
 
     def claim_key(self, claim: KeyClaim, waited: bool) -> bool: ...
     def release_key(self, claim: KeyClaim) -> bool: ...
-    def fetch(self, key: str, step: int | None = None, claim: KeyClaim | None = None) -> object: ...
+    @property
+    def where(self) -> str: ...
+
+    def fetch(self, key: str, step: int | None = None,
+              claim: KeyClaim | None = None) -> Allocation: ...
     def give_back(self, key: str, expected_max_id: int, new_max_id: int,
                   claim: KeyClaim | None = None) -> bool: ...
     def key_owners(self) -> list[KeyOwnerRecord]: ...

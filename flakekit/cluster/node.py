@@ -48,8 +48,11 @@ from flakekit.cluster.membership import (
     JoinRequest,
     KeyClaim,
     KeyFence,
+    LapseMeansStopped,
     MemberLease,
     Membership,
+    PollsView,
+    ServeShare,
     lapse_wait_ns,
 )
 from flakekit.cluster.proposer import Proposer
@@ -218,7 +221,7 @@ class ClusterNode:
         self._keeper.close()
         try:
             self.membership.close()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a plugin's close: log it, go on closing
             log.warning("%s: closing the membership: %s", self._who, exc)
 
     def __enter__(self) -> ClusterNode:
@@ -341,7 +344,8 @@ class ClusterNode:
             with self._lock:
                 if remaining <= 0:
                     self._counts["refused_moving"] += 1
-                    raise KeyMovingError(self._moving_message(st), retry_after=self._retry_after(st))
+                    raise KeyMovingError(self._moving_message(st),
+                                         retry_after=self._retry_after(st))
                 poll = st.retry_delay_ns / 1e9 if st.retry_delay_ns else 0.05
                 self._cond.wait(min(remaining, max(poll, 0.005)))
 
@@ -444,7 +448,7 @@ class ClusterNode:
         newer epoch stops the hot path at once, as a renewal that read it does; a
         member the view lists that no longer serves (lapsed, left, or no renewal for
         its serving share of the lease) brings the proposer in at once."""
-        poll = getattr(self.membership, "view_poll_s", None)
+        poll = self.membership.view_poll_s if isinstance(self.membership, PollsView) else 0
         if not poll or now < self._poll_due_ns:
             return
         self._poll_due_ns = now + round(poll * 1e9)
@@ -466,13 +470,13 @@ class ClusterNode:
                 return
             try:
                 self.upkeep()
-            except Exception:   # noqa: BLE001 - the upkeep must outlive any one failure
+            except Exception:  # the upkeep must outlive any one failure
                 log.exception("%s: upkeep failed", self._who)
 
     def _next_wait(self) -> float:
         now = self.clock.monotonic_ns()
         due = [self._view_due_ns - now]
-        if getattr(self.membership, "view_poll_s", None):
+        if isinstance(self.membership, PollsView) and self.membership.view_poll_s:
             due.append(self._poll_due_ns - now)
         pending = self._proposer.due_in_ns(now)
         if pending is not None:
@@ -662,8 +666,14 @@ class ClusterNode:
         if first is None:
             return None
         lease_s = max(self._peer_lease_s, info.lease_ms / 1000, self.settings.lease)
-        share = float(getattr(self.membership, "serve_share", 1.0))
+        share = self._serve_share()
         return first + lapse_wait_ns(lease_s, share)
+
+    def _serve_share(self) -> float:
+        """The share of its lease a holder serves after its renewal's send (1.0 when the
+        membership does not say: :class:`ServeShare`)."""
+        return (float(self.membership.serve_share)
+                if isinstance(self.membership, ServeShare) else 1.0)
 
     def _judged(self, infos: list[MemberInfo]) -> list[MemberInfo]:
         """``infos`` as the proposer weighs them: a serving record that no renewal
@@ -671,7 +681,7 @@ class ClusterNode:
         ``lapsed``, before the store's own clock says so, so the view moves while the
         claim's proof is still running (detection overlaps the wait; liveness only:
         the claim still proves the lapse)."""
-        share = float(getattr(self.membership, "serve_share", 1.0))
+        share = self._serve_share()
         now = self.clock.monotonic_ns()
         out = []
         for info in infos:
@@ -753,7 +763,8 @@ class ClusterNode:
             return None
         if info.state == "left":
             return 0
-        if info.state == "lapsed" and getattr(self.membership, "lapse_means_stopped", False):
+        if info.state == "lapsed" and isinstance(self.membership, LapseMeansStopped) \
+                and self.membership.lapse_means_stopped:
             return 0
         return self._stopped_after_ns(info)
 
@@ -793,7 +804,8 @@ class ClusterNode:
                     self._handoff_ms.append(max(0, done - began) / 1e6)
                     handoff_ns = max(0, done - began)
                     log.info("%s: serving strict key %r (claim epoch %d%s)", self._who,
-                             st.key, claim.epoch, ", after waiting out the old owner" if waited else "")
+                             st.key, claim.epoch,
+                             ", after waiting out the old owner" if waited else "")
                 else:   # the view moved on meanwhile, or the claim is useless: undo it
                     st.state, st.ok_epoch = RELEASING, -1
             else:

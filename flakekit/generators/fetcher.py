@@ -200,7 +200,7 @@ class FetchPool:
         self._lock.release()
         try:
             result: float | None = job.run()
-        except Exception:   # noqa: BLE001 - a bug in the job: report it, keep the thread
+        except Exception:  # a bug in the job: report it, keep the thread
             log.exception("%s: unexpected error in a segment fetch job", job.name or "fetch")
             result = _CRASH_DELAY
         finally:

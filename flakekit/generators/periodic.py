@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from flakekit.generators.fetcher import FetchPool
-    from flakekit.pluginhost.contracts import SegmentStore
+    from flakekit.generators.stores import PeriodStore
     from flakekit.values.stats import SegmentStats
 
 __all__ = ["PeriodicSegment", "build_key_generator", "period_description"]
@@ -117,7 +117,7 @@ class PeriodicSegment:
     """
 
     def __init__(
-        self, store: SegmentStore, key: str, settings: SegmentSettings, *,
+        self, store: PeriodStore, key: str, settings: SegmentSettings, *,
         clock: Clock | None = None, events: Events = NO_EVENTS, name: str | None = None,
         pool: FetchPool | None = None, db_clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
@@ -131,7 +131,7 @@ class PeriodicSegment:
         self._format = PeriodFormat(settings.template or default_template(settings.reset),
                                     self.rule, key)
         self._cap = self._format.scale   # sequence numbers below this fit the width
-        self._db_clock = db_clock or store.db_now  # type: ignore[attr-defined]
+        self._db_clock = db_clock or store.db_now
         self._cur = _NONE
         self._lock = threading.RLock()
         self._wake = threading.Event()
@@ -360,7 +360,7 @@ class PeriodicSegment:
 
     def _roll(self, period: Period, deadline: int) -> None:
         row = period_key(self.key, period.digits)
-        self.store.ensure_period_key(  # type: ignore[attr-defined]
+        self.store.ensure_period_key(
             row, self.settings.period_step, self.settings.period_start,
             period_description(self.key, self.rule, period))
         gen = SegmentGenerator(self.store, row, self.settings, clock=self.clock,

@@ -51,7 +51,7 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -65,6 +65,7 @@ from flakekit.errors import (
 )
 from flakekit.generators.fetcher import FetchJob, FetchPool, shared_pool
 from flakekit.generators.segment_settings import SegmentSettings
+from flakekit.generators.stores import Locates, SegmentStore, TellsStalls
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.counter import peek
@@ -73,8 +74,8 @@ from flakekit.values.forks import after_fork_in_child
 from flakekit.values.formats import StringIds
 from flakekit.values.stats import LATENCY_BOUNDS_NS, BufferStats, SegmentStats
 
-if TYPE_CHECKING:  # the contract lives with the others (flakekit.pluginhost.contracts)
-    from flakekit.pluginhost.contracts import SegmentStore
+if TYPE_CHECKING:
+    from flakekit.values.allocation import Allocation
 
 __all__ = [
     "Segment",
@@ -252,7 +253,8 @@ class SegmentGenerator(StringIds):
                 except (UnknownKeyError, SchemaError):
                     raise
                 except FlakekitError as exc:
-                    log.warning("%s: first fetch failed, retrying in the background: %s", self.name, exc)
+                    log.warning("%s: first fetch failed, retrying in the background: %s", self.name,
+                                exc)
             with self._cond:
                 closed = self._closed  # close() ran during the first fetch
                 if not closed:
@@ -290,7 +292,8 @@ class SegmentGenerator(StringIds):
             job = self._job
         # a queued fetch or a back-off never runs; one in flight is waited for (bounded)
         if job is not None and not job.cancel(timeout):
-            log.warning("%s: fetcher still busy after %.1fs; not giving anything back", self.name, timeout)
+            log.warning("%s: fetcher still busy after %.1fs; not giving anything back", self.name,
+                        timeout)
             return
         if self.settings.give_back and self._started:
             self._give_back(cur if cur is not _EMPTY else None, line)
@@ -421,8 +424,7 @@ class SegmentGenerator(StringIds):
     def _stall_cause(self) -> object:
         """Why the store's commits wait now, if it can tell (never blocks: a store that
         checks does so in the background, at most every few seconds)."""
-        ask = getattr(self.store, "stall_cause", None)
-        return ask() if callable(ask) else None
+        return self.store.stall_cause() if isinstance(self.store, TellsStalls) else None
 
     def _raise_unavailable(self, wait: _Wait | None) -> None:
         error = self._fetch_error
@@ -433,8 +435,8 @@ class SegmentGenerator(StringIds):
         if isinstance(error, SchemaError):
             raise SchemaError(str(error))
         budget = f"wait_budget ({self.settings.wait_budget / 1e9:g}s)"
-        store = getattr(self.store, "where", None)
-        store = f"the segment store ({store})" if store else "the segment store"
+        where = self.store.where if isinstance(self.store, Locates) else ""
+        store = f"the segment store ({where})" if where else "the segment store"
         if error is not None:  # the cause is the database, not the step
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             message = (
@@ -597,7 +599,7 @@ class SegmentGenerator(StringIds):
                 return None
         try:
             segment = self._fetch()
-        except Exception as exc:  # noqa: BLE001 - any failure: report, back off, retry
+        except Exception as exc:  # any failure: report, back off, retry
             backoff = self._backoff
             self._backoff = min(backoff * 2, self.settings.retry_max / 1e9)
             with self._cond:
@@ -609,7 +611,8 @@ class SegmentGenerator(StringIds):
             if not isinstance(exc, FlakekitError):
                 log.exception("%s: unexpected error fetching a segment", self.name)
             else:
-                log.warning("%s: fetching a segment failed (retry in %.2fs): %s", self.name, backoff, exc)
+                log.warning("%s: fetching a segment failed (retry in %.2fs): %s", self.name,
+                            backoff, exc)
             return None if closed else backoff
         self._backoff = self.settings.retry_min / 1e9
         with self._cond:
@@ -693,7 +696,7 @@ class SegmentGenerator(StringIds):
         self._db_max = alloc.max_id
         return Segment(alloc.max_id - alloc.step, alloc.max_id, alloc.step)
 
-    def _store_fetch(self, step: int | None) -> Any:
+    def _store_fetch(self, step: int | None) -> Allocation:
         try:
             return self.store.fetch(self.key, step)
         except SegmentRowError as exc:

@@ -36,7 +36,7 @@ from flakekit.values.periods import is_period_key
 from flakekit.values.stats import SegmentStats
 
 if TYPE_CHECKING:
-    from flakekit.pluginhost.contracts import SegmentStore
+    from flakekit.generators.stores import ListsKeys
 
 __all__ = ["SegmentService"]
 
@@ -52,7 +52,7 @@ class SegmentService:
     """Lazily started :class:`SegmentGenerator` per key of ``store``. Thread-safe.
 
     Args:
-        store: the segment store (must also have ``keys()`` and ``exists(key)``).
+        store: the segment store; it also lists its keys (:class:`ListsKeys`).
         settings: settings for every key's generator (``key`` is ignored).
         refresh: seconds between key-list refreshes (default 60, as Leaf).
         unknown_ttl: seconds an unknown key is remembered as unknown (default 1).
@@ -61,7 +61,7 @@ class SegmentService:
             ``settings.fetch_threads`` of its own, closed with the service).
     """
 
-    store: SegmentStore
+    store: ListsKeys
     settings: SegmentSettings = attrs.Factory(SegmentSettings)
     clock: Clock = attrs.Factory(MonotonicClock)
     events: Events = NO_EVENTS
@@ -124,7 +124,7 @@ class SegmentService:
         which is more likely a broken read than a deleted table: Leaf PR #204)."""
         with self._lock:
             before = set(self._known)
-        keys = set(self.store.keys())  # type: ignore[attr-defined]
+        keys = set(self.store.keys())
         gone: list[SegmentGenerator] = []
         with self._lock:
             if keys or not self._known:
@@ -174,7 +174,7 @@ class SegmentService:
                 until = self._unknown.get(key)
                 if until is not None and time.monotonic() < until:
                     raise UnknownKeyError(key)
-                if not self.store.exists(key):  # type: ignore[attr-defined]
+                if not self.store.exists(key):
                     now = time.monotonic()
                     if len(self._unknown) >= _UNKNOWN_MAX:  # keep memory bounded
                         self._unknown = {k: t for k, t in self._unknown.items() if t > now}

@@ -19,7 +19,8 @@ __all__ = ["SegmentSettings"]
 
 def _fraction(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not 0.0 <= value < 1.0:
-        raise ValueError(f"must be at least 0 and below 1 (0.1 = prefetch once 10% is used), got {value!r}")
+        raise ValueError("must be at least 0 and below 1 (0.1 = prefetch once 10% is used), got "
+                         f"{value!r}")
 
 
 def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -108,7 +109,8 @@ class SegmentSettings:
     )
     segment_ttl: Duration = duration_field(0)
     fetch_threads: int = attrs.field(
-        default=8, validator=[attrs.validators.instance_of(int), _positive, attrs.validators.le(1024)]
+        default=8, validator=[attrs.validators.instance_of(int), _positive,
+                              attrs.validators.le(1024)]
     )
 
     reset: str | None = attrs.field(default=None)

@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from flakekit.errors import ForkedProcessError, LayoutError, LeaseLostError, NotStartedError
 from flakekit.leases.keeper import LeaseKeeper
-from flakekit.leases.lease import LeaseRequest, WorkerAllocator, WorkerLease
+from flakekit.leases.lease import LeaseRequest, SeveralLeases, WorkerAllocator, WorkerLease
 from flakekit.values.clock import Clock
 from flakekit.values.events import NO_EVENTS, Events
 from flakekit.values.forks import after_fork_in_child
@@ -36,15 +36,6 @@ from .snowflake_workers import ManyWorkers, SlotTarget
 from .ticks import TickClock
 
 __all__ = ["SeveralLeases", "SnowflakeGenerator"]
-
-
-@runtime_checkable
-class SeveralLeases(Protocol):
-    """An allocator that can hold several leases for one process at once (``sql``,
-    ``static`` with a list), so ``workers = N`` shares it; any other gets one allocator
-    per id."""
-
-    several_leases: bool
 
 
 class SnowflakeGenerator(StringIds):

@@ -4,9 +4,9 @@ one-id and the N-id generators share.
 ``next_id()`` is the hot loop (below, between the ``measured hot loop`` markers): a
 closure over two cells, ``state`` (the current tick's or run's counter) and ``deadline``
 (the one-id path's lease deadline), that reads the clock once, draws once from an
-``itertools.count`` and checks the draw against the counter's limit and the deadline. Anything else goes to :meth:`Core.slow`
-under the lock, which the two kinds of core fill in: :class:`OneWorker` here,
-``ManyWorkers`` in :mod:`flakekit.generators.snowflake_workers`.
+``itertools.count`` and checks the draw against the counter's limit and the deadline.
+Anything else goes to :meth:`Core.slow` under the lock, which the two kinds of core fill
+in: :class:`OneWorker` here, ``ManyWorkers`` in :mod:`flakekit.generators.snowflake_workers`.
 
 Only the slow path (under the lock) installs a new counter; the closure's setters are
 the one way to do it.

@@ -110,7 +110,7 @@ class LeaseKeeper(Generic[L]):
         except BaseException:
             try:
                 self.source.close()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the start's own error is the one to raise
                 log.warning("%s: closing the allocator after a failed start: %s",
                             self.name, exc)
             raise
@@ -190,13 +190,13 @@ class LeaseKeeper(Generic[L]):
     def _close_allocator(self) -> None:
         try:
             self.source.close()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a plugin's close: log it, go on closing
             log.warning("%s: closing the allocator: %s", self.name, exc)
 
     def _give_back(self, lease: L, issued_until_ns: int) -> None:
         try:
             self.source.release(lease, issued_until_ns)
-        except Exception as exc:  # the lease will lapse on its own
+        except Exception as exc:  # noqa: BLE001 - the lease will lapse on its own
             log.warning("%s: could not release %s: %s", self.name, lease.subject, exc)
 
     # -- renewing -----------------------------------------------------------------------
@@ -226,7 +226,7 @@ class LeaseKeeper(Generic[L]):
             if self.lease is lease:  # a stale renewal must not revoke a newer lease
                 self._lose(lease, str(exc))
             return False
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any renewal failure keeps the old deadline
             self._traced(lease, started, str(exc))
             self.renew_failures += 1
             log.warning(
@@ -299,7 +299,7 @@ class LeaseKeeper(Generic[L]):
             try:
                 self._acquire(self._target, life_no)  # returns at once if closed meanwhile
                 return
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the background retry must go on
                 log.warning("%s: re-acquiring a lease failed (%s); retrying in %.1f s",
                             self.name, exc, delay)
                 self._closed.wait(delay)

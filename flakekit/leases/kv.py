@@ -313,6 +313,11 @@ class KvLeaseAllocator:
     def renew_interval(self) -> float:
         return self.session_ms / 3000
 
+    @property
+    def lease_ms(self) -> int:
+        """The held lease's length in ms, as the store granted it (0: none held yet)."""
+        return self._lease_ms
+
     #: a LOST session is not the end: take a new (quarantine-respecting) id and go on,
     #: unless the config says ``on_lease_lost = "stop"`` or ``"exit"``
     default_on_lease_lost = "restart"

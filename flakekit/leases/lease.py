@@ -25,7 +25,9 @@ __all__ = [
     "LeaseRequest",
     "LeaseSource",
     "LeaseTarget",
+    "CountsWorkers",
     "Pushes",
+    "SeveralLeases",
     "TracedEvents",
     "WorkerAllocator",
     "WorkerLease",
@@ -94,6 +96,24 @@ class Pushes(Protocol):
     ``callback("connected", "")`` makes the keeper renew now."""
 
     def watch(self, callback: Callable[[str, str], None] | None) -> None: ...
+
+
+@runtime_checkable
+class SeveralLeases(Protocol):
+    """An allocator that can hold several leases for one process at once (``sql``,
+    ``static`` with a list), so ``workers = N`` shares it; any other gets one allocator
+    per id."""
+
+    several_leases: bool
+
+
+@runtime_checkable
+class CountsWorkers(Protocol):
+    """An allocator whose config names its ids (``static``: ``"0-63"`` or a list), so
+    ``workers = N`` is taken from it; None when that is not known before ``acquire``."""
+
+    @property
+    def worker_count(self) -> int | None: ...
 
 
 class LeaseTarget(Protocol[LT]):

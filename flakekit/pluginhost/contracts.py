@@ -8,14 +8,20 @@ its distribution and the missing members in one line.
 The required contracts are small (a generator needs ``start``, ``next_id``,
 ``next_ids``, ``close``); what the server and the CLI may also use is an optional
 capability with its own protocol (:class:`HasStats` returning a
-:class:`StatsRecord`, :class:`HasLayout`,
-:class:`Describes`, :class:`FormatsIds`), tested with ``isinstance``, never guessed
-with ``getattr``.
+:class:`StatsRecord`, :class:`HasLayout`, :class:`HasKey`, :class:`Describes`,
+:class:`FormatsIds`, :class:`NonBlocking`), tested with ``isinstance``, never guessed
+with ``getattr``. Allocators, stores and memberships declare theirs the same way
+(:class:`SeveralLeases`, :class:`CountsWorkers`, :class:`FixedWorker`,
+:class:`ListsKeys`, :class:`PeriodStore`, :class:`Locates`, :class:`TellsStalls`,
+:class:`LapseMeansStopped`, :class:`PollsView`, :class:`ServeShare`,
+:class:`LeaseGranularity`).
 
-``Clock``, ``WorkerAllocator``, the lease machine's ``Lease`` / ``LeaseSource`` /
-``LeaseTarget`` / ``LeaseEvents`` / ``Pushes``, the key-value lease store's
-``KeyValueStore`` and cluster mode's ``Membership`` / ``KeyFence`` are defined in their own (lower) layers, which use them at run time,
-and are re-exported here; the rest live here.
+``Clock``, ``WorkerAllocator`` and its capabilities, the lease machine's ``Lease`` /
+``LeaseSource`` / ``LeaseTarget`` / ``LeaseEvents`` / ``Pushes``, the key-value lease
+store's ``KeyValueStore``, ``SegmentStore`` with its capabilities and the
+:class:`Allocation` its ``fetch`` returns, and cluster mode's ``Membership`` /
+``KeyFence`` and their capabilities are defined in their own (lower) layers, which use
+them at run time, and are re-exported here; the rest live here.
 """
 
 from __future__ import annotations
@@ -25,20 +31,45 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from flakekit.cluster.membership import KeyFence, Membership
+from flakekit.cluster.membership import (
+    KeyFence,
+    LapseMeansStopped,
+    Membership,
+    PollsView,
+    ServeShare,
+)
 from flakekit.errors import ContractError
+from flakekit.generators.stores import (
+    ListsKeys,
+    Locates,
+    PeriodStore,
+    SegmentStore,
+    TellsStalls,
+)
 from flakekit.leases.keeper import LeaseTarget
 from flakekit.leases.kv import KeyValueStore
-from flakekit.leases.lease import Lease, LeaseEvents, LeaseSource, Pushes, WorkerAllocator
+from flakekit.leases.lease import (
+    CountsWorkers,
+    Lease,
+    LeaseEvents,
+    LeaseSource,
+    Pushes,
+    SeveralLeases,
+    WorkerAllocator,
+)
+from flakekit.values.allocation import Allocation
 from flakekit.values.clock import Clock
 
 if TYPE_CHECKING:
     from flakekit.pluginhost.registry import Registration
+    from flakekit.values.batch import IdBatch
     from flakekit.values.formats import IdFormat
     from flakekit.values.layout import BitLayout
 
 __all__ = [
+    "Allocation",
     "Clock",
+    "CountsWorkers",
     "Describes",
     "FixedWorker",
     "FormatsIds",
@@ -47,19 +78,29 @@ __all__ = [
     "HasKey",
     "HasLayout",
     "HasStats",
+    "IssuesIds",
     "KeyFence",
     "KeyValueStore",
+    "LapseMeansStopped",
     "Lease",
     "LeaseEvents",
     "LeaseGranularity",
     "LeaseSource",
     "LeaseTarget",
+    "ListsKeys",
+    "Locates",
     "Membership",
     "NamesLayout",
+    "NonBlocking",
     "OrdersKeys",
+    "PeriodStore",
+    "PollsView",
     "Pushes",
     "SegmentStore",
+    "ServeShare",
+    "SeveralLeases",
     "StatsRecord",
+    "TellsStalls",
     "WorkerAllocator",
     "check_contract",
     "members",
@@ -79,14 +120,11 @@ class Generator(Protocol):
 
 
 @runtime_checkable
-class SegmentStore(Protocol):
-    """What a segment generator needs from a store (``sql`` is the built-in one)."""
+class IssuesIds(Protocol):
+    """Anything that hands out integer IDs one at a time (what ``flakekit.sqlalchemy``'s
+    column default calls): every :class:`Generator`, a cluster node's strict key..."""
 
-    def fetch(self, key: str, step: int | None = None) -> Any:
-        """Advance the key by ``step`` (None: its stored step); return an object with
-        ``max_id``, ``step`` (the range length) and ``db_step`` (the stored step)."""
-
-    def give_back(self, key: str, expected_max_id: int, new_max_id: int) -> bool: ...
+    def next_id(self) -> int: ...
 
 
 # -- optional generator capabilities ----------------------------------------------------------
@@ -122,6 +160,16 @@ class HasKey(Protocol):
 
 
 @runtime_checkable
+class NonBlocking(IssuesIds, Protocol):
+    """A generator that can answer from memory without waiting (segment generators): the
+    asyncio wrapper calls these on the event loop and waits for a refill in a thread
+    only when they return None."""
+
+    def try_next_id(self) -> int | None: ...
+    def try_next_ids(self, n: int) -> IdBatch | None: ...
+
+
+@runtime_checkable
 class NamesLayout(Protocol):
     """Strategy settings that name a bit layout (``layout = "snowflake"``): tools such as
     ``flakekit decode`` read it without building the generator."""
@@ -139,8 +187,9 @@ class LeaseGranularity(Protocol):
 
 @runtime_checkable
 class OrdersKeys(Protocol):
-    """Strategy settings with ``order = "node" | "strict"`` (segment generators): a
-    ``"strict"`` one needs a ``[cluster]`` and is served only by its key's owner."""
+    """Strategy settings (or a generator) with ``order = "node" | "strict"`` (segment
+    generators): a ``"strict"`` one needs a ``[cluster]`` and is served only by its key's
+    owner."""
 
     order: str
 

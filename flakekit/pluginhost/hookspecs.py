@@ -13,15 +13,15 @@ if TYPE_CHECKING:
     import click
 
     from flakekit.leases.lease import WorkerLease
-    from flakekit.pluginhost.registry import Register
+    from flakekit.pluginhost import registry as reg  # Register[F] and the factory types
 
 __all__ = ["hookspec"]
 
-from flakekit.pluginhost.markers import hookspec  # noqa: E402
+from flakekit.pluginhost.markers import hookspec
 
 
 @hookspec
-def flakekit_register_layouts(register: Register) -> None:
+def flakekit_register_layouts(register: reg.Register[reg.LayoutFactory]) -> None:
     """Contribute bit layouts.
 
     Called once when plugins load. ``register(name, factory, description="")`` where
@@ -33,7 +33,7 @@ def flakekit_register_layouts(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_clocks(register: Register) -> None:
+def flakekit_register_clocks(register: reg.Register[reg.ClockFactory]) -> None:
     """Contribute clocks.
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -45,7 +45,7 @@ def flakekit_register_clocks(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: reg.Register[reg.AllocatorFactory]) -> None:
     """Contribute worker-id allocators.
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -58,7 +58,7 @@ def flakekit_register_allocators(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_segment_stores(register: Register) -> None:
+def flakekit_register_segment_stores(register: reg.Register[reg.SegmentStoreFactory]) -> None:
     """Contribute segment stores (Leaf-style ranges per key).
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -69,7 +69,7 @@ def flakekit_register_segment_stores(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_strategies(register: Register) -> None:
+def flakekit_register_strategies(register: reg.Register[reg.StrategyFactory]) -> None:
     """Contribute generator strategies (``strategy = NAME`` in ``[generators.NAME]``).
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -83,7 +83,7 @@ def flakekit_register_strategies(register: Register) -> None:
 
 
 @hookspec
-def flakekit_register_memberships(register: Register) -> None:
+def flakekit_register_memberships(register: reg.Register[reg.MembershipFactory]) -> None:
     """Contribute cluster membership stores (``[cluster] membership = {type = NAME, ...}``).
 
     Called once when plugins load. ``register(name, factory, settings=cls,
@@ -152,7 +152,8 @@ def flakekit_lease_lost(generator: str, lease: WorkerLease, reason: str) -> None
 
 
 @hookspec
-def flakekit_clock_moved_backwards(generator: str, clock: str, behind_ns: int, waited: bool) -> None:
+def flakekit_clock_moved_backwards(generator: str, clock: str, behind_ns: int,
+                                   waited: bool) -> None:
     """A generator's wall clock stepped back.
 
     :param generator: the generator's name.

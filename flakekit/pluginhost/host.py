@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pluggy
 
-from flakekit.errors import PluginLoadError
+from flakekit.errors import DuplicateRegistrationError, PluginLoadError
 from flakekit.pluginhost import hookspecs
 from flakekit.pluginhost.entrypoints import flakekit_entry_points
 from flakekit.pluginhost.registry import Registry
@@ -136,6 +136,8 @@ class PluginHost:
     _origins: dict[str, tuple[str | None, str | None, str]] = attrs.Factory(dict)
     #: built-ins not imported yet (:meth:`_builtins`)
     _pending: list[str] = attrs.Factory(list)
+    #: the entry points :meth:`load` registered (a clash of a built-in with one breaks it)
+    _entrypoints: list[str] = attrs.Factory(list)
 
     def __attrs_post_init__(self) -> None:
         self._pm.add_hookspecs(hookspecs)
@@ -176,7 +178,8 @@ class PluginHost:
                 except Exception as exc:  # noqa: BLE001 - recorded and shown, never hidden
                     self._mark_broken(plugin_name, f"registering failed: {_one_line(exc)}")
             else:
-                self._collect(plugin_name, plugin)
+                self._collect_builtin(plugin_name, plugin, loaded)
+        self._entrypoints = loaded
         self._pending = list(BUILTIN_PLUGINS)
         self.loaded = True
         if extra or os.environ.get("FLAKEKIT_TRACE_PLUGINS"):
@@ -197,7 +200,23 @@ class PluginHost:
             plugin = importlib.import_module(module)
             self._pm.register(plugin, name=module)
             self._pm.check_pending()
-            self._collect(module, plugin)
+            self._collect_builtin(module, plugin, self._entrypoints)
+
+    def _collect_builtin(self, name: str, plugin: Any, loaded: list[str]) -> None:
+        """Collect a built-in (or an ``extra``) plugin. A name of it that an entry-point
+        plugin took first breaks that entry point, not the host (a built-in name is taken
+        on purpose): it is recorded as broken with the duplicate's message, and the
+        built-in registers."""
+        while True:
+            try:
+                self._collect(name, plugin)
+                return
+            except DuplicateRegistrationError as exc:
+                if exc.first not in loaded:
+                    raise
+                self._mark_broken(exc.first, f"registering failed: {exc}")
+                for registry in self._registries.values():  # what it registered before
+                    registry.remove_plugin(name)
 
     def _load_entrypoints(self, allow: list[str] | None) -> list[str]:
         """Import and register the ``flakekit`` entry points (pluggy's loader, but one
@@ -303,7 +322,8 @@ class PluginHost:
         """Build the registered layout ``name``."""
         layout = self.layouts.get(name, path).create()
         if not isinstance(layout, BitLayout):
-            raise TypeError(f"layout {name!r} factory returned {type(layout).__name__}, not BitLayout")
+            raise TypeError(f"layout {name!r} factory returned {type(layout).__name__}, not "
+                            "BitLayout")
         return layout
 
     def events(self) -> Events:

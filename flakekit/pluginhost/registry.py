@@ -2,21 +2,52 @@
 
 Registration hooks receive a :class:`Register` bound to the calling plugin, so a name
 registered twice fails with both plugin names. Users pick strategies by name in config;
-nothing is chosen by hook order.
+nothing is chosen by hook order. ``Register`` is generic in the factory type of its kind
+(``Register[AllocatorFactory]``...), so mypy checks that a plugin's factory returns what
+the kind's contract asks (the build checks it again at run time, with ``isinstance``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import attrs
 
 from flakekit.errors import DuplicateRegistrationError, UnknownNameError
 from flakekit.values.layout import BitLayout
 
-__all__ = ["Register", "Registration", "Registry"]
+if TYPE_CHECKING:  # the factory types are for mypy: registering imports no contract
+    from flakekit.assembly.context import BuildContext
+    from flakekit.cluster.membership import Membership
+    from flakekit.generators.stores import SegmentStore
+    from flakekit.leases.lease import WorkerAllocator
+    from flakekit.pluginhost.contracts import Generator
+    from flakekit.values.clock import Clock
+
+__all__ = [
+    "AllocatorFactory",
+    "ClockFactory",
+    "LayoutFactory",
+    "MembershipFactory",
+    "Register",
+    "Registration",
+    "Registry",
+    "SegmentStoreFactory",
+    "StrategyFactory",
+]
+
+#: what each registration hook's ``register`` takes as ``factory`` (``settings``: an
+#: instance of the attrs class registered with it, or None when it has none)
+LayoutFactory: TypeAlias = "Callable[[], BitLayout] | BitLayout"
+ClockFactory: TypeAlias = "Callable[[Any], Clock]"
+AllocatorFactory: TypeAlias = "Callable[[Any, BuildContext], WorkerAllocator]"
+SegmentStoreFactory: TypeAlias = "Callable[[Any, BuildContext], SegmentStore]"
+StrategyFactory: TypeAlias = "Callable[[Any, BuildContext], Generator]"
+MembershipFactory: TypeAlias = "Callable[[Any, BuildContext], Membership]"
+
+F = TypeVar("F", bound="Callable[..., Any] | BitLayout")
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
 
@@ -67,15 +98,17 @@ class Registry:
                 "lower case letters, digits, '-', '_' or '.', starting with a letter"
             )
         if not callable(factory) and not isinstance(factory, BitLayout):
-            raise TypeError(f"plugin {plugin!r} registered {self.kind} {name!r} with a non-callable factory")
+            raise TypeError(f"plugin {plugin!r} registered {self.kind} {name!r} with a "
+                            "non-callable factory")
         if settings is not None and not attrs.has(settings):
-            raise TypeError(f"plugin {plugin!r}: settings of {self.kind} {name!r} must be an attrs class")
+            raise TypeError(f"plugin {plugin!r}: settings of {self.kind} {name!r} must be an attrs "
+                            "class")
         if name in self._items:
             raise DuplicateRegistrationError(self.kind, name, self._items[name].plugin, plugin)
         self._items[name] = Registration(self.kind, name, factory, settings, description, plugin,
                                          origin or f"plugin {plugin!r}")
 
-    def binder(self, plugin: str, origin: str = "") -> Register:
+    def binder(self, plugin: str, origin: str = "") -> Register[Any]:
         return Register(self, plugin, origin)
 
     def get(self, name: str, path: str = "") -> Registration:
@@ -101,8 +134,9 @@ class Registry:
 
 
 @attrs.frozen
-class Register:
-    """The ``register`` callable a registration hook receives.
+class Register(Generic[F]):
+    """The ``register`` callable a registration hook receives; ``F`` is its kind's
+    factory type (:data:`AllocatorFactory`...).
 
     ``register(name, factory, settings=None, description="")``
     """
@@ -112,8 +146,7 @@ class Register:
     origin: str = ""
 
     def __call__(
-        self, name: str, factory: Callable[..., Any] | BitLayout, settings: type | None = None,
-        description: str = "",
+        self, name: str, factory: F, settings: type | None = None, description: str = "",
     ) -> None:
         self._registry.register(
             self.plugin, name, factory, settings=settings, description=description,

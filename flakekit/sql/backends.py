@@ -224,8 +224,8 @@ def _duration(name: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or not (
                 minimum <= value <= _MAX_LIMIT):
             least = f"at least {format_unit(minimum)}" if minimum else "0 (off) or more"
-            raise ValueError(f"{name} must be {least} and at most 24d, got "
-                             f"{format_unit(value) if isinstance(value, int) and value else value!r}")
+            shown = format_unit(value) if isinstance(value, int) and value else repr(value)
+            raise ValueError(f"{name} must be {least} and at most 24d, got {shown}")
     return check
 
 
@@ -341,6 +341,11 @@ class BackendPool:
             watch_for(engine, name, settings.replication)
             self._engines[name] = engine
             return engine
+
+    def engines(self) -> dict[str, Engine]:
+        """The engines made so far, by backend name (none is created here)."""
+        with self._lock:
+            return dict(self._engines)
 
     def __attrs_post_init__(self) -> None:
         after_fork_in_child(self, BackendPool.forget_connections)

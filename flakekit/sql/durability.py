@@ -37,6 +37,8 @@ from flakekit.values.events import NO_EVENTS, Events
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
+    from flakekit.sql.backends import BackendPool
+
 __all__ = [
     "RECHECK_S",
     "REPLICATION_MODES",
@@ -259,7 +261,8 @@ class DurabilityWatch:
             seen = f"{last.verdict} ({last.detail})" if last else "unknown (not readable)"
             raise BackendError(
                 f"backends.{self.backend}: refusing to {action}: replication = "
-                f"\"synchronous\" but commits are {seen}; set {last.fix if last and last.fix else PG_FIX} "
+                f"\"synchronous\" but commits are {seen}; set "
+                f"{last.fix if last and last.fix else PG_FIX} "
                 "on the database, or replication = \"any\" to accept the loss")
 
 
@@ -321,13 +324,13 @@ def watch_for(engine: Engine, backend: str | None = None,
     return found
 
 
-def pool_durability(pool: Any) -> dict[str, dict[str, Any]]:
+def pool_durability(pool: BackendPool) -> dict[str, dict[str, Any]]:
     """The last verdict of each engine a :class:`BackendPool` has made (no I/O: what the
     fetches and grants read last; None before the first), for the server's status."""
     from flakekit.sql.failover import FAILOVERS
 
     out: dict[str, dict[str, Any]] = {}
-    for name, engine in list(getattr(pool, "_engines", {}).items()):
+    for name, engine in pool.engines().items():
         watch = watch_for(engine, name)
         where = engine.url.render_as_string(hide_password=True)
         out[name] = {**(watch.last.to_dict() if watch.last else {"verdict": None}),

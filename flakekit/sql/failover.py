@@ -26,9 +26,9 @@ A scope whose row was first written within the replication lag has no row on the
 promoted replica, and its change would go unseen. So the worker registry and the key
 owners have one scope per database (made at the first grant or claim ever), a cluster
 one per cluster, and a key's scope lives under its table's (``segments:TABLE``, made at
-the table's first fetch or key): :func:`prepare` (``under`` the table's) starts a key's missing row as
-written by the *old* primary when the table's row shows a fail-over, so the key's first
-fetch skips ahead too (it may have been first fetched on the old primary within the
+the table's first fetch or key): :func:`prepare` (``under`` the table's) starts a key's
+missing row as written by the *old* primary when the table's row shows a fail-over, so the
+key's first fetch skips ahead too (it may have been first fetched on the old primary within the
 lag). A key *created* within the lag is not on the replica at all; re-created there, it
 starts again at its start (docs/replicated-databases.md says what an operator does).
 """

@@ -11,8 +11,8 @@ served under only grow.
 
 After a database fail-over (:mod:`flakekit.sql.failover`, scope ``key-owners``: one per
 database, made at the first claim ever, so a key first claimed within the replication lag
-is covered too; checked in every claim and fenced fetch) the promoted replica may lack claims the old
-primary took: until the longest member lease plus a margin has passed (the leases in
+is covered too; checked in every claim and fenced fetch) the promoted replica may lack
+claims the old primary took: until the longest member lease plus a margin has passed (the leases in
 ``flakekit_members`` of this database; ``FALLBACK_LEASE_S`` when the membership lives
 elsewhere) no new owner claims the key, and an owner whose claim the replica lacks or
 holds an older copy of re-asserts it in its next fetch.
@@ -224,4 +224,5 @@ def key_owner_of(engine: Engine, key: str) -> KeyOwnerRecord | None:
     if row is None:
         return None
     node, epoch, released, at = row
-    return KeyOwnerRecord(key, node, epoch, bool(released), (ns_of(aware_utc(at)) or 0) // 1_000_000)
+    return KeyOwnerRecord(key, node, epoch, bool(released),
+                          (ns_of(aware_utc(at)) or 0) // 1_000_000)

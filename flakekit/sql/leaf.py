@@ -75,12 +75,15 @@ from flakekit.sql.schema import (
 )
 from flakekit.sql.settings import DEFAULT_FAILOVER_SKIP, SqlStoreSettings
 from flakekit.sql.transactions import write_transaction
+from flakekit.values.allocation import Allocation
 from flakekit.values.events import NO_EVENTS, Events
 from flakekit.values.periods import PERIOD_KEY, is_period_key
 from flakekit.values.timeunits import iso_utc
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
+
+    from flakekit.assembly.context import BuildContext
 
 __all__ = [
     "LEAF_MYSQL_DDL",
@@ -108,8 +111,7 @@ LEAF_MYSQL_DDL = (
     "CREATE TABLE IF NOT EXISTS {table} ("
     "biz_tag varchar(128) NOT NULL DEFAULT '', "
     "max_id bigint(20) NOT NULL DEFAULT '1', "
-    "step int(11) NOT NULL, "
-    "description varchar(256) DEFAULT NULL, "
+    "step int(11) NOT NULL, description varchar(256) DEFAULT NULL, "
     "update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, "
     "PRIMARY KEY (biz_tag)) ENGINE=InnoDB"
 )
@@ -152,27 +154,6 @@ def leaf_alloc_table(name: str = "leaf_alloc", metadata: MetaData | None = None)
 
 
 register_component(segments_component())
-
-
-@attrs.frozen
-class Allocation:
-    """One successful fetch: the row as it was right after the update.
-
-    Attributes:
-        key: the ``biz_tag``.
-        max_id: ``max_id`` after the update: the end (exclusive) of the new range.
-        step: how far this fetch advanced ``max_id`` (the range length).
-        db_step: the row's ``step`` column (the floor of the dynamic step).
-    """
-
-    key: str
-    max_id: int
-    step: int
-    db_step: int
-
-    @property
-    def start(self) -> int:
-        return self.max_id - self.step
 
 
 def _is_int(value: object) -> bool:
@@ -241,7 +222,9 @@ class KeyInfo:
 
 def _check_key(key: object) -> str:
     if not isinstance(key, str) or not key or len(key) > 128:
-        raise ConfigError("key", f"a segment key is a non-empty string of at most 128 characters, got {key!r}")
+        raise ConfigError("key",
+                          "a segment key is a non-empty string of at most 128 characters, got "
+                          f"{key!r}")
     if is_period_key(key):
         raise ConfigError("KEY", f"{key!r}: a name ending in '@' and 4, 6 or 8 digits is a "
                           "periodic counter's row (reset = ...), created on first use; "
@@ -279,13 +262,11 @@ class SqlSegmentStore:
         self._table = leaf_alloc_table(self.table_name)
 
     @classmethod
-    def from_settings(cls, settings: SqlStoreSettings, ctx: object) -> SqlSegmentStore:
+    def from_settings(cls, settings: SqlStoreSettings, ctx: BuildContext) -> SqlSegmentStore:
         """The registered factory: ``factory(settings, context)``."""
-        path = getattr(ctx, "path", "store")
-        engine = ctx.backends.engine(settings.backend, f"{path}.backend")  # type: ignore[attr-defined]
-        events = getattr(ctx, "events", NO_EVENTS)
-        watch_for(engine, settings.backend).listen(events)
-        return cls(engine, settings.table, settings.failover_skip, events)
+        engine = ctx.backends.engine(settings.backend, f"{ctx.path}.backend")
+        watch_for(engine, settings.backend).listen(ctx.events)
+        return cls(engine, settings.table, settings.failover_skip, ctx.events)
 
     # -- naming for messages ------------------------------------------------------------
     @property
@@ -645,7 +626,8 @@ class SqlSegmentStore:
         t = self._table
         try:
             with self.engine.connect() as conn:
-                return conn.execute(select(t.c.biz_tag).where(t.c.biz_tag == key)).first() is not None
+                row = conn.execute(select(t.c.biz_tag).where(t.c.biz_tag == key)).first()
+                return row is not None
         except SQLAlchemyError as exc:
             raise self._translate(f"looking up key {key!r}", exc) from None
 

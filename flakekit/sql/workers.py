@@ -660,13 +660,11 @@ class SqlWorkerAllocator:
         else:
             # SQLite / MySQL: id 0 if free, else the smallest id+1 that is free
             return conn.execute(text(
-                "SELECT MIN(c) FROM ("
-                " SELECT 0 AS c WHERE NOT EXISTS (SELECT 1 FROM system_nodes"
+                "SELECT MIN(c) FROM ( SELECT 0 AS c WHERE NOT EXISTS (SELECT 1 FROM system_nodes"
                 "  WHERE service = :service AND machine_id = 0)"
-                " UNION ALL"
-                " SELECT n.machine_id + 1 FROM system_nodes n WHERE n.service = :service"
-                "  AND n.machine_id >= 0 AND n.machine_id < :max_id AND NOT EXISTS (SELECT 1 FROM system_nodes x"
-                "  WHERE x.service = :service AND x.machine_id = n.machine_id + 1)"
+                " UNION ALL SELECT n.machine_id + 1 FROM system_nodes n WHERE n.service = :service"
+                "  AND n.machine_id >= 0 AND n.machine_id < :max_id AND NOT EXISTS (SELECT 1 FROM "
+                "system_nodes x  WHERE x.service = :service AND x.machine_id = n.machine_id + 1)"
                 ") AS gaps"
             ), {"service": self.service, "max_id": max_id}).scalar()
         return conn.execute(

@@ -2,7 +2,8 @@
 
 The contract suites (``AllocatorContract``, ``SegmentStoreContract``) and the fixtures of
 the pytest plugin (``flakekit.testing.pytest_plugin``, opt-in: ``-p
-flakekit.testing.pytest_plugin``, no ``pytest11`` entry point) need pytest; the rest does not. Process drills: ``flakekit.testing.drills``.
+flakekit.testing.pytest_plugin``, no ``pytest11`` entry point) need pytest; the rest does not.
+Process drills: ``flakekit.testing.drills``.
 """
 
 from __future__ import annotations

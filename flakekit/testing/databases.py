@@ -224,4 +224,5 @@ def proxied(url: str, proxy: TcpProxy) -> str:
     """The same database URL, but through ``proxy``."""
     from sqlalchemy.engine import make_url
 
-    return make_url(url).set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    proxied = make_url(url).set(host="127.0.0.1", port=proxy.port)
+    return proxied.render_as_string(hide_password=False)

@@ -22,6 +22,7 @@ import time
 
 import flakekit
 from flakekit.errors import FlakekitError, WorkerExhaustedError
+from flakekit.leases.kv import KvLeaseAllocator
 
 
 def main() -> int:
@@ -43,7 +44,8 @@ def main() -> int:
                 raise
             time.sleep(0.05)
     lease = gen.lease
-    lease_ms = getattr(gen.keeper.allocator, "_lease_ms", 0)
+    alloc = gen.keeper.allocator
+    lease_ms = alloc.lease_ms if isinstance(alloc, KvLeaseAllocator) else 0
     print(f"LEASE {lease.worker_id} {lease.epoch} {time.monotonic_ns()} {lease_ms} "
           f"{lease.deadline_ns}", flush=True)
     tolerate = "--tolerate" in args
@@ -58,7 +60,7 @@ def main() -> int:
         before = time.monotonic_ns()
         try:
             i = gen.next_id()
-        except Exception as exc:  # the drills want to see exactly this
+        except Exception as exc:  # noqa: BLE001 - the drills want to see exactly this
             if not tolerate or not isinstance(exc, FlakekitError):
                 print(f"ERR {type(exc).__name__} {time.monotonic_ns()} {exc}", flush=True)
                 break

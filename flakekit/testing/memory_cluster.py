@@ -34,19 +34,15 @@ from flakekit.cluster.membership import (
     proposed_members,
 )
 from flakekit.errors import BackendError, FenceError, LeaseLostError, UnknownKeyError
+from flakekit.values.allocation import Allocation
 from flakekit.values.cluster import Member, MemberInfo, View
 
-__all__ = ["MemoryAllocation", "MemoryClusterStore", "MemoryFence", "MemoryMembership", "SegmentEvent"]
+__all__ = ["MemoryAllocation", "MemoryClusterStore", "MemoryFence", "MemoryMembership",
+           "SegmentEvent"]
 
 
-@attrs.frozen
-class MemoryAllocation:
-    """One fetch (the shape :class:`~flakekit.sql.leaf.Allocation` has)."""
-
-    key: str
-    max_id: int
-    step: int
-    db_step: int
+#: one fetch: the :class:`~flakekit.values.allocation.Allocation` every store returns
+MemoryAllocation = Allocation
 
 
 @attrs.define

@@ -24,8 +24,8 @@ from typing import Generic, Protocol, TypeVar
 from flakekit.testing.databases import free_port
 from flakekit.testing.proxy import TcpProxy
 
-__all__ = ["PG_BIN", "MariaReplicaSet", "MariaServer", "PgReplicaSet", "PgServer", "mariadb_binaries_missing",
-           "pg_binaries_missing", "private_base"]
+__all__ = ["PG_BIN", "MariaReplicaSet", "MariaServer", "PgReplicaSet", "PgServer",
+           "mariadb_binaries_missing", "pg_binaries_missing", "private_base"]
 
 class _Server(Protocol):
     """A server of a replica set (PgServer, MariaServer)."""

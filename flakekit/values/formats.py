@@ -202,7 +202,8 @@ class IdFormat:
 
     def expected_form(self) -> str:
         """What a string of this format looks like, for error messages."""
-        width = f"exactly {_WIDTHS[self.encoding]} " if self.pad and self.encoding != "decimal" else ""
+        width = (f"exactly {_WIDTHS[self.encoding]} " if self.pad and self.encoding != "decimal"
+                 else "")
         head = f"{self.prefix!r} then " if self.prefix else ""
         return f"{head}{width}{self.encoding} characters: {_describe(self.encoding)}"
 

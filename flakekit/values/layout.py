@@ -147,7 +147,8 @@ class BitLayout:
                 "or set total_bits"
             )
         if self.time_bits < 20:
-            raise LayoutError("fields[0]", f"the time field needs at least 20 bits, got {self.time_bits}")
+            raise LayoutError("fields[0]",
+                              f"the time field needs at least 20 bits, got {self.time_bits}")
         worker = self.worker_field
         if worker is None:
             nodes = self.node_fields
@@ -175,9 +176,13 @@ class BitLayout:
             if key not in known:
                 from flakekit.errors import suggest
 
-                raise LayoutError(key, f"unknown key; known keys: {', '.join(sorted(known))}{suggest(key, known)}")
+                raise LayoutError(key,
+                                  "unknown key; known keys: "
+                                  f"{', '.join(sorted(known))}{suggest(key, known)}")
         if "fields" not in data:
-            raise LayoutError("fields", 'is required, e.g. fields = [["time", 41], ["worker", 10], ["sequence", 12]]')
+            raise LayoutError("fields",
+                              'is required, e.g. fields = [["time", 41], ["worker", 10], '
+                              '["sequence", 12]]')
         total = data.get("total_bits", 63)
         if isinstance(total, bool) or not isinstance(total, int):
             raise LayoutError("total_bits", f"expected 53, 63 or 64, got {total!r}")
@@ -361,7 +366,8 @@ class BitLayout:
         if when is None:
             seconds = (self.epoch_ns + tick * self.unit_ns) / 1e9
             raise InvalidIdError(
-                f"time field {tick} of layout {self.name!r} is {tick} x {format_unit(self.unit_ns)} "
+                f"time field {tick} of layout {self.name!r} is {tick} x "
+                f"{format_unit(self.unit_ns)} "
                 f"after {iso_utc(self.time_at(0))}, about the year "
                 f"{1970 + int(seconds // 31_556_952)}: later than any date (9999-12-31)"
             )
@@ -421,7 +427,8 @@ class BitLayout:
         elif cap.years_left < 10:
             out.append(f"only {cap.years_left:.1f} years left before the time field overflows")
         if self.total_bits > 53:
-            out.append("IDs can exceed 2^53: JavaScript numbers lose precision; send them as strings")
+            out.append("IDs can exceed 2^53: JavaScript numbers lose precision; send them as "
+                       "strings")
         top = self.top_bit_at()
         if top is not None:
             out.append(
@@ -447,7 +454,9 @@ def fields_from_bits(text: str) -> list[tuple[str, int]]:
         for part in parts:
             name, sep, bits = part.partition("=")
             if not sep or not bits.strip().isdigit():
-                raise LayoutError("fields", f"{part!r}: expected NAME=BITS, e.g. time=41,worker=10,sequence=12")
+                raise LayoutError("fields",
+                                  f"{part!r}: expected NAME=BITS, e.g. "
+                                  "time=41,worker=10,sequence=12")
             out.append((name.strip(), int(bits)))
         return out
     if len(parts) < 2 or not all(p.isdigit() for p in parts):

@@ -36,7 +36,7 @@ def main() -> None:
         time.sleep(max(0.0, start_at - time.time()))
         try:
             got.append(alloc.acquire(LeaseRequest("many", 1023, "", 0)).worker_id)
-        except Exception as exc:  # reported to the test
+        except Exception as exc:  # noqa: BLE001 - reported to the test
             errors.append(f"{type(exc).__name__}: {exc}")
 
     workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]

@@ -28,15 +28,17 @@ from attrs.validators import instance_of, optional
 
 from flakekit import hookimpl
 from flakekit.plugin import (
+    AllocatorFactory,
     ConfigError,
     Duration,
     FieldError,
+    MembershipFactory,
     Register,
     duration_field,
 )
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
-    from flakekit.plugin import BuildContext
+    from flakekit.plugin import BuildContext, WorkerAllocator
     from flakekit_etcd.membership import EtcdMembership
 
 __all__ = ["EtcdMembershipSettings", "EtcdSettings", "build_etcd_allocator",
@@ -120,7 +122,7 @@ class EtcdSettings:
                              "both username and password")
 
 
-def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> Any:
+def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> WorkerAllocator:
     """Factory registered as ``etcd``: an :class:`~flakekit_etcd.lease.EtcdLeaseAllocator`."""
     from flakekit_etcd.endpoints import parse_endpoints
     from flakekit_etcd.lease import build_lease_allocator
@@ -213,7 +215,7 @@ def build_etcd_membership(settings: EtcdMembershipSettings | None,
 
 
 @hookimpl
-def flakekit_register_memberships(register: Register) -> None:
+def flakekit_register_memberships(register: Register[MembershipFactory]) -> None:
     register(
         "etcd", build_etcd_membership, settings=EtcdMembershipSettings,
         description="cluster members as keys on etcd leases (create_revision == 0, the "
@@ -223,7 +225,7 @@ def flakekit_register_memberships(register: Register) -> None:
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "etcd", build_etcd_allocator, settings=EtcdSettings,
         description="worker ids leased from etcd: one lease per process, claims by "

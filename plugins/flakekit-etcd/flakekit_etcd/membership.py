@@ -206,6 +206,8 @@ class EtcdMembership:
 
     #: etcd grants leases in whole seconds: ``[cluster] lease`` must span three of them
     lease_granularity: ClassVar[float] = 1.0
+    #: a lapsed record proves nothing: etcd leases can vanish early under a stuck leader
+    lapse_means_stopped: ClassVar[bool] = False
     #: a holder serves at most this share of its TTL after the send of the keep-alive
     #: before the renewal that wrote its key's version (the safety window is at least the
     #: rest): a claimer that first read that version waits this share plus a margin from
@@ -641,7 +643,8 @@ class EtcdMembership:
         """Mark a live member as draining (or alive again) in its key's value, by a
         transaction on the key's ``mod_revision`` that keeps its lease; False if no live
         member has that node id."""
-        key = self.member_key(check_key_segment("cluster", cluster), check_key_segment("node", node))
+        key = self.member_key(check_key_segment("cluster", cluster),
+                              check_key_segment("node", node))
         try:
             for _ in range(_RACES):
                 kvs = self._range(key)
@@ -713,5 +716,5 @@ class EtcdMembership:
 def _cancel(cancel: Callable[[], None]) -> None:
     try:
         cancel()
-    except Exception:  # noqa: BLE001 - closing a socket only
+    except Exception:  # closing a socket only
         log.debug("cancelling an etcd watch failed", exc_info=True)

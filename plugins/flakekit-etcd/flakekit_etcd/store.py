@@ -264,7 +264,7 @@ class EtcdStore:
         try:
             events, cancel = self.session.client_for_watch().watch(
                 key, start_revision=revision + 1)
-        except Exception as exc:  # a hint only: the renewal keeps safety
+        except Exception as exc:  # noqa: BLE001 - a hint only: the renewal keeps safety
             log.debug("etcd watch on %s not started: %s", key, exc)
             return
         with self._lock:
@@ -277,7 +277,7 @@ class EtcdStore:
                 if self._lease != lease:
                     return
                 self._tell(KvState.CHANGED)
-        except Exception as exc:  # pragma: no cover - etcd3gw ends watches quietly
+        except Exception as exc:  # noqa: BLE001  # pragma: no cover - etcd3gw ends watches quietly
             log.debug("etcd watch on %s ended: %s", key, exc)
 
 

@@ -170,7 +170,8 @@ def test_drain_and_a_revoked_cut_off_owner_keep_order(etcd_endpoints, root, ns, 
     to the other node and back; then its owner is cut off from etcd (TcpProxy) and its
     lease revoked behind its back. The cut-off owner serves on until its own deadline,
     never after; the other node takes the key only after 0.8 x lease + margin from
-    the revoke (its first read of the record gone: every renewal wrote the key before); no ID repeats and the per-key real-time order holds across every hand-off;
+    the revoke (its first read of the record gone: every renewal wrote the key before); no ID
+    repeats and the per-key real-time order holds across every hand-off;
     once reconnected the old owner learns it lost, rejoins with a new incarnation."""
     owner = owner_of("hot", both()).node
     other = "b" if owner == "a" else "a"

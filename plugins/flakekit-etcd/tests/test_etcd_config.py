@@ -82,13 +82,13 @@ def not_etcd():
     """An HTTP server on loopback that is not an etcd 3.4+: ``/version`` answers an etcd
     3.2 cluster version (no /v3 gateway), anything else 404."""
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_GET(self) -> None:  # the stdlib's name
             body = b'{"etcdserver":"3.2.32","etcdcluster":"3.2.0"}'
             self.send_response(200 if self.path == "/version" else 404)
             self.end_headers()
             self.wfile.write(body if self.path == "/version" else b"404 page not found")
 
-        do_POST = do_GET  # noqa: N815
+        do_POST = do_GET
 
         def log_message(self, *args: object) -> None:
             pass

@@ -1,7 +1,8 @@
 """The Redis paths beside the SQL ones, in one run (docs/redis.md quotes it).
 
     .venv/bin/python plugins/flakekit-redis/benchmarks/bench_redis.py
-    .venv/bin/python plugins/flakekit-redis/benchmarks/bench_redis.py --redis redis://127.0.0.1:6379/0 \\
+    .venv/bin/python plugins/flakekit-redis/benchmarks/bench_redis.py \\
+        --redis redis://127.0.0.1:6379/0 \\
         --pg postgresql+psycopg://postgres@127.0.0.1:5432/test
 
 1. A segment fetch (one thread, back to back): the ``redis`` store and the ``sql`` store on
@@ -127,7 +128,7 @@ def main() -> None:
     rows = {"redis": redis_numbers(args.redis, args.n)}
     try:
         rows["sql (PostgreSQL)"] = pg_numbers(args.pg, args.n)
-    except Exception as exc:  # no PostgreSQL here: Redis alone
+    except Exception as exc:  # noqa: BLE001 - no PostgreSQL here: Redis alone
         print(f"PostgreSQL skipped: {type(exc).__name__}: {exc}")
     print(f"{'path':18} {'fetch':>10} {'renew':>10} {'acq+rel':>10} {'next_id':>14}")
     for name, r in rows.items():

@@ -26,7 +26,15 @@ import attrs
 from attrs.validators import in_, instance_of, optional
 
 from flakekit import hookimpl
-from flakekit.plugin import ConfigError, Duration, FieldError, Register, duration_field
+from flakekit.plugin import (
+    AllocatorFactory,
+    ConfigError,
+    Duration,
+    FieldError,
+    Register,
+    SegmentStoreFactory,
+    duration_field,
+)
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
     import click
@@ -185,7 +193,7 @@ def build_redis_store(settings: RedisStoreSettings | None, ctx: BuildContext) ->
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "redis", build_redis_allocator, settings=RedisSettings,
         description="worker ids leased from Redis: sessions as keys with PX, claims and "
@@ -195,7 +203,7 @@ def flakekit_register_allocators(register: Register) -> None:
 
 
 @hookimpl
-def flakekit_register_segment_stores(register: Register) -> None:
+def flakekit_register_segment_stores(register: Register[SegmentStoreFactory]) -> None:
     register(
         "redis", build_redis_store, settings=RedisStoreSettings,
         description="Leaf's step semantics in Redis (HINCRBY by Lua, give-back fenced); "

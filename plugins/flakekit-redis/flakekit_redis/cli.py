@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from flakekit.plugin import ConfigError, config_option, parse_duration_ns
+from flakekit.plugin import ConfigError, FieldError, config_option, parse_duration_ns
 
 __all__ = ["redis_group"]
 
@@ -31,8 +31,8 @@ def _targets(config_path: str | None, url: str | None, prefix: str) -> list[tupl
 
         try:
             _check_url(url)
-        except Exception as exc:
-            raise ConfigError("--url", getattr(exc, "message", str(exc))) from None
+        except FieldError as exc:
+            raise ConfigError("--url", exc.message) from None
         return [(guard_for(url, prefix, 5.0), DEFAULT_HOLD_NS)]
     import flakekit
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from flakekit.plugin import ConfigError, SegmentRowError, UnknownKeyError
+from flakekit.plugin import Allocation, ConfigError, SegmentRowError, UnknownKeyError
 from flakekit_redis.errors import RedisDataLostError
 from flakekit_redis.guard import Guard
 
@@ -92,15 +92,8 @@ return out
 """
 
 
-@attrs.frozen
-class RedisAllocation:
-    """One fetch: ``max_id`` after it (the range's end, exclusive), ``step`` (the range
-    length) and ``db_step`` (the key's stored step)."""
-
-    key: str
-    max_id: int
-    step: int
-    db_step: int
+#: one fetch: the :class:`~flakekit.plugin.Allocation` every store returns
+RedisAllocation = Allocation
 
 
 @attrs.frozen
@@ -199,7 +192,8 @@ class RedisSegmentStore:
             # by a later one is not checked)
             if last_seq and seq > last_seq and got.max_id - got.step < last.stop:
                 raise RedisDataLostError(
-                    f"{self.where}: key {key!r} handed out [{got.max_id - got.step}, {max_id}) after this "
+                    f"{self.where}: key {key!r} handed out [{got.max_id - got.step}, {max_id}) "
+                    "after this "
                     f"process had fetched [{last.start}, {last.stop}): Redis went back (a "
                     "fail-over or a restore lost writes); the range is not used. Fix: "
                     f"`flakekit redis reseed --floor N`, N at least {last.stop}")
@@ -232,7 +226,8 @@ class RedisSegmentStore:
         if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_DB_STEP:
             raise ConfigError("step", f"must be an integer from 1 to {MAX_DB_STEP}, got {step!r}")
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= MAX_ID - step:
-            raise ConfigError("start", f"must be an integer from 0 to {MAX_ID - step}, got {start!r}")
+            raise ConfigError("start",
+                              f"must be an integer from 0 to {MAX_ID - step}, got {start!r}")
         out = self.guard.run("create", _CREATE, [self.guard.segment_key(key)],
                              [key, step, str(start), description or ""],
                              what=f"creating key {key!r}", write=True)

@@ -27,7 +27,7 @@ WORKER = "flakekit.testing.drill_worker"
 
 
 def _config(tmp: Path, url: str, prefix: str, **extra: str) -> Path:
-    more = "".join(f", {k} = {v}" for k, v in extra.items())
+    more = "".join(f"\n        {k} = {v}" for k, v in extra.items())
     path = tmp / "redis.toml"
     path.write_text(textwrap.dedent(f"""
         [layouts.tiny]
@@ -38,7 +38,13 @@ def _config(tmp: Path, url: str, prefix: str, **extra: str) -> Path:
         [generators.orders]
         strategy = "snowflake"
         layout = "tiny"
-        allocator = {{ type = "redis", url = "{url}", prefix = "{prefix}", ttl = "2s", quarantine = "0s"{more} }}
+
+        [generators.orders.allocator]
+        type = "redis"
+        url = "{url}"
+        prefix = "{prefix}"
+        ttl = "2s"
+        quarantine = "0s"{more}
     """))
     return path
 
@@ -62,7 +68,8 @@ def _first(proc: subprocess.Popen[str], tag: str, timeout: float = 30,
             return line.split()
         if time.monotonic() > end:
             break
-    raise AssertionError(f"no {tag} line; stderr: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+    raise AssertionError(f"no {tag} line; stderr: "
+                         f"{proc.stderr.read()[-2000:] if proc.stderr else ''}")
 
 
 def _ids(text: str) -> list[int]:
@@ -124,7 +131,8 @@ def test_restart_without_data_is_refused_until_reseeded(tmp_path, throwaway_redi
     assert "lost flakekit's data" in " ".join(err), err
     with pytest.raises(RedisDataLostError) as lost:
         segs.fetch("invoices")
-    assert "lost flakekit's data" in str(lost.value) and "restarted or was replaced" in str(lost.value)
+    assert "lost flakekit's data" in str(lost.value)
+    assert "restarted or was replaced" in str(lost.value)
     fresh = subprocess.run([sys.executable, "-m", "flakekit.cli", "next", "orders", "-c", str(cfg)],
                            capture_output=True, text=True, timeout=60)
     assert fresh.returncode == 1, fresh
@@ -146,8 +154,8 @@ def test_restart_without_data_is_refused_until_reseeded(tmp_path, throwaway_redi
     assert c.returncode == 0, c_err[-2000:]
     ids = _ids(a_out) + _ids(c_out)
     assert _ids(a_out) and _ids(c_out) and len(ids) == len(set(ids))
-    print(f"\nrestart drill: the generator refused ({' '.join(err[4:])}); a new process refused; after "
-          f"reseed --floor {floor} the store went on at {after.max_id - after.step}; "
+    print(f"\nrestart drill: the generator refused ({' '.join(err[4:])}); a new process refused; "
+          f"after reseed --floor {floor} the store went on at {after.max_id - after.step}; "
           f"{len(ids)} IDs, no duplicate")
     assert isinstance(lost.value, FlakekitError)
 
@@ -184,7 +192,8 @@ def test_a_promoted_replica_that_missed_writes_is_refused(tmp_path, throwaway_re
         proxy.restore()
         with pytest.raises(RedisDataLostError) as info:
             segs.fetch("k")
-        assert "went back" in str(info.value) and "failed over to a replica" in str(info.value), info.value
+        assert "went back" in str(info.value), info.value
+        assert "failed over to a replica" in str(info.value), info.value
         got = before + missed
         starts = [a.max_id - a.step for a in got]
         assert len(set(starts)) == len(starts)

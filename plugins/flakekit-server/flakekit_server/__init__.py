@@ -51,7 +51,8 @@ def flakekit_operation(operation: str, generator: str, duration_ns: int,
 
 
 @hookimpl
-def flakekit_clock_moved_backwards(generator: str, clock: str, behind_ns: int, waited: bool) -> None:
+def flakekit_clock_moved_backwards(generator: str, clock: str, behind_ns: int,
+                                   waited: bool) -> None:
     from flakekit_server.metrics import EVENTS
 
     EVENTS.add(EVENTS.clock_rollbacks, (generator, waited))

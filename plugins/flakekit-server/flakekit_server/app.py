@@ -43,6 +43,7 @@ from flakekit.plugin import (
     LeaseError,
     NotOwnerError,
     NotStartedError,
+    OrdersKeys,
     SegmentStats,
     SegmentUnavailableError,
     SnowflakeStats,
@@ -244,6 +245,7 @@ class IdService:
         self.generators: dict[str, Any] = {name: kit[name] for name in kit}
         # what each generator is, asked from it (its capabilities), never from its name
         self.info = {name: kit.describe(name) for name in kit}
+        self.id_formats = {name: kit.id_format(name) for name in kit}
         self.strategy = {name: info.strategy for name, info in self.info.items()}
         self.issued: dict[str, int] = dict.fromkeys(self.generators, 0)
         # cluster mode: strict keys are served only through the node's ClusterNode (never
@@ -252,8 +254,8 @@ class IdService:
         self.cluster: ClusterHttp | None = ClusterHttp(cluster) if cluster is not None else None
         self.strict: dict[str, str] = {}     # strict generator name -> its segment key
         for name, gen in self.generators.items():
-            key = self.info[name].key or getattr(gen, "key", None)
-            if getattr(gen, "order", None) == "strict" or (
+            key = self.info[name].key
+            if isinstance(gen, OrdersKeys) and gen.order == "strict" or (
                     key is not None and self.cluster is not None and self.cluster.is_strict(key)):
                 self.strict[name] = str(key or name)
         self._batch_pool: ThreadPoolExecutor | None = None
@@ -570,7 +572,7 @@ class IdService:
         if fmt == "strings" or fmt in ENCODINGS:
             # strings: the generator's configured form (decimal by default); an encoding:
             # that encoding with the generator's prefix (flakekit.formats)
-            own = getattr(self.generators[name], "id_format", None) or IdFormat()
+            own = self.id_formats[name]
             form = own if fmt == "strings" else IdFormat(fmt, own.prefix)
             return (JSON, head + b'"ids":["', '","',
                     lambda ids: '","'.join(form.encode_many(ids)), b'"]}')
@@ -757,7 +759,7 @@ class IdService:
     def _read_db(self) -> None:
         try:
             self._db_page = (time.monotonic(), self._render_db())
-        except Exception:  # noqa: BLE001 - the page says nothing new; logged
+        except Exception:  # the page says nothing new; logged
             log.exception("reading the segment tables for /db failed")
 
     def _render_db(self) -> bytes:

@@ -78,7 +78,8 @@ def load_tokens(path: str | Path | None, generators: Iterable[str]) -> Tokens:
         where = f"--token-file {file}:{number}"
         parts = line.split()
         if len(parts) != 2:
-            raise ConfigError(where, "expected 'GENERATOR TOKEN' (or '* TOKEN' for every generator)")
+            raise ConfigError(where,
+                              "expected 'GENERATOR TOKEN' (or '* TOKEN' for every generator)")
         name, token = parts
         if name != "*" and name not in known:
             raise ConfigError(
@@ -92,6 +93,7 @@ def load_tokens(path: str | Path | None, generators: Iterable[str]) -> Tokens:
                 "print(secrets.token_urlsafe(32))'`"
             )
         if not set(token) <= _TOKEN_CHARS:
-            raise ConfigError(where, f"the token for {name!r} has characters a bearer token cannot carry")
+            raise ConfigError(where,
+                              f"the token for {name!r} has characters a bearer token cannot carry")
         by.setdefault(name, []).append(token.encode("ascii"))
     return Tokens(by)

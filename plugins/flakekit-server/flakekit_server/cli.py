@@ -48,21 +48,25 @@ SERVE_ENV_EPILOG = (
 
 @click.command("serve", epilog=SERVE_ENV_EPILOG)
 @config_option
-@click.option("--host", default="127.0.0.1", show_default=True, envvar="FLAKEKIT_SERVER_HOST", show_envvar=True,
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="FLAKEKIT_SERVER_HOST",
+              show_envvar=True,
               help="Address to bind. 0.0.0.0 / :: expose the server to the network.")
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
-              envvar="FLAKEKIT_SERVER_PORT", show_envvar=True, help="Port (0: any free port, printed at start).")
+              envvar="FLAKEKIT_SERVER_PORT", show_envvar=True,
+              help="Port (0: any free port, printed at start).")
 @click.option("--workers", "-w", default=1, show_default=True, type=click.IntRange(0, 256),
               envvar="FLAKEKIT_SERVER_WORKERS", show_envvar=True,
               help="Processes, each with its own worker lease (0: one per core).")
 @click.option("--max-count", default=100_000, show_default=True, type=click.IntRange(1, 10_000_000),
-              envvar="FLAKEKIT_SERVER_MAX_COUNT", show_envvar=True, help="Largest batch (count=) one request may ask for.")
+              envvar="FLAKEKIT_SERVER_MAX_COUNT", show_envvar=True,
+              help="Largest batch (count=) one request may ask for.")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
               envvar="FLAKEKIT_SERVER_TOKEN_FILE", show_envvar=True,
               help="Bearer tokens: lines of 'GENERATOR TOKEN' ('*' = every generator).")
 @click.option("--snowflake-default", default=None, metavar="NAME",
               help="Serve /api/snowflake/get/ANY-KEY from generator NAME, as Leaf ignores the key.")
-@click.option("--max-connections", default=1024, show_default=True, type=click.IntRange(1, 1_000_000),
+@click.option("--max-connections", default=1024, show_default=True,
+              type=click.IntRange(1, 1_000_000),
               help="Open connections per process; more get 503 and are closed.")
 @click.option("--idle-timeout", default=30.0, show_default=True, type=click.FloatRange(0.1, 3600),
               help="Seconds an idle keep-alive connection is kept.")

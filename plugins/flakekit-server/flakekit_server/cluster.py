@@ -95,7 +95,7 @@ class ClusterHttp:
         while not self._stop.wait(interval):
             try:
                 self._refresh()
-            except Exception:  # noqa: BLE001 - the pages show the last good copy
+            except Exception:  # the pages show the last good copy
                 log.exception("reading the cluster status failed")
 
     def _refresh(self) -> None:
@@ -153,8 +153,8 @@ class ClusterHttp:
                          authorization: bytes | None, hints: Hints | None, route: str,
                          error: Callable[..., Any]) -> Any:
         owner = exc.owner
-        node = getattr(owner, "node", None) or str(owner or "")
-        advertise = getattr(owner, "advertise", "") or ""
+        node = owner.node if owner is not None else ""
+        advertise = owner.advertise if owner is not None else ""
         if hints is not None and hints.forwarded_by is not None:
             self.refused["forwarded_not_owner"] += 1
             by = hints.forwarded_by.decode("latin-1")[:64]

@@ -149,7 +149,8 @@ def _parse_head(raw: bytes) -> tuple[int, bytes, int, bytes, bool]:
         version, code, _ = (lines[0] + b" ").split(b" ", 2)
         status = int(code)
     except ValueError:
-        raise ForwardError(f"the owner answered a malformed status line {lines[0][:60]!r}") from None
+        raise ForwardError(
+            f"the owner answered a malformed status line {lines[0][:60]!r}") from None
     ctype = b"application/octet-stream"
     length = 0
     keep = version == b"HTTP/1.1"

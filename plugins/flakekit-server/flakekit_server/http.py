@@ -429,5 +429,5 @@ async def sweeper(state: ServerState, interval: float = 1.0) -> None:
         await asyncio.sleep(interval)
         try:
             state.sweep()
-        except Exception:  # noqa: BLE001 - never let the sweeper die
+        except Exception:  # never let the sweeper die
             log.exception("connection sweep failed")

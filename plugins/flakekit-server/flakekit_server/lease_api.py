@@ -44,7 +44,14 @@ from typing import Any
 
 import attrs
 
-from flakekit.plugin import BackendError, LeaseLostError, LeaseRequest, WorkerLease
+from flakekit.plugin import (
+    BackendError,
+    LeaseLostError,
+    LeaseRequest,
+    SeveralLeases,
+    WorkerAllocator,
+    WorkerLease,
+)
 from flakekit_server.app import JSON, HttpError, Pending, Response, _params, not_found
 
 __all__ = ["LEASES_PREFIX", "Grant", "LeaseApi", "RateLimit"]
@@ -114,7 +121,8 @@ class LeaseApi:
         self._reaper: threading.Thread | None = None
 
     # -- dispatch -----------------------------------------------------------------------------
-    def handle(self, method: bytes, rest: str, query: bytes, auth: bytes | None) -> Response | Pending:
+    def handle(self, method: bytes, rest: str, query: bytes,
+               auth: bytes | None) -> Response | Pending:
         """``POST {gen}`` grants, ``POST {gen}/{lease}/renew|release``, ``GET {gen}`` lists."""
         parts = rest.split("/")
         name = parts[0]
@@ -154,10 +162,10 @@ class LeaseApi:
             raise not_found("unknown_generator", f"no generator {name!r}", name, self.kit)
         parts = self.kit.parts_of(name, "allocator")
         alloc = parts[0].obj if parts else None
-        if alloc is None or getattr(alloc, "renew_interval", None) is None:
+        if not isinstance(alloc, WorkerAllocator) or alloc.renew_interval is None:
             raise HttpError(409, "no_leases", f"generator {name!r} has no leased worker ids to "
                             "hand out: give it a registry, e.g. allocator = {type = \"sql\"}")
-        if not getattr(alloc, "several_leases", False):
+        if not (isinstance(alloc, SeveralLeases) and alloc.several_leases):
             raise HttpError(409, "no_leases", f"the allocator of generator {name!r} holds one "
                             "lease per process; serve leases from an sql allocator")
         if self.workers > 1:
@@ -191,7 +199,8 @@ class LeaseApi:
         return Pending(route, run)
 
     # -- the operations (in a worker thread) ----------------------------------------------------
-    def _grant(self, name: str, allocator: Any, client: str, top: int, clock: int) -> dict[str, Any]:
+    def _grant(self, name: str, allocator: Any, client: str, top: int,
+               clock: int) -> dict[str, Any]:
         layout = self.kit.describe(name).layout
         own = layout.max_value(layout.worker_field) if layout is not None else top
         if top > own:
@@ -277,7 +286,7 @@ class LeaseApi:
         with self._lock:
             self.grants.pop(grant.id, None)
 
-    # -- lapsed grants ------------------------------------------------------------------------------
+    # -- lapsed grants ---------------------------------------------------------------------
     def _reap(self) -> None:
         """Release grants whose registry deadline has passed: their clients stopped before
         it (a shorter deadline), so the id may go back with the client's mark."""
@@ -294,7 +303,7 @@ class LeaseApi:
                     alloc = self.kit.parts_of(grant.generator, "allocator")[0].obj
                     try:
                         alloc.release(grant.lease, max(grant.mark, grant.lease.not_before_ns))
-                    except Exception as exc:  # it lapses in the registry on its own
+                    except Exception as exc:  # noqa: BLE001 - it lapses in the registry on its own
                         log.warning("%s: releasing lapsed worker %d: %s", grant.generator,
                                     grant.lease.worker_id, exc)
                 log.info("%s: worker %d lapsed (its client stopped renewing)",

@@ -25,8 +25,8 @@ LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 _BOUNDS_NS = [round(b * 1e9) for b in LATENCY_BUCKETS_S]
 
 
-#: alert kinds flakekit and its plugins raise: their counters start at 0 (a counter missing until its first
-#: event breaks ``rate()`` and ``increase()`` over the first one)
+#: alert kinds flakekit and its plugins raise: their counters start at 0 (a counter missing
+#: until its first event breaks ``rate()`` and ``increase()`` over the first one)
 ALERT_KINDS = ("segment-unavailable", "worker-bad-row", "worker-capacity", "worker-reclaim",
                "workers-exhausted", "zookeeper-leaf-clock", "zookeeper-leaf-mismatch",
                "zookeeper-unreachable")   # docs/operations.md lists them
@@ -156,58 +156,82 @@ class _Family:
 
 #: Prometheus' standard process metrics (``os_stats`` key -> family), per server process
 PROCESS_FAMILIES = [
-    ("cpu_seconds", "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds."),
-    ("virtual_memory_bytes", "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes."),
-    ("resident_memory_bytes", "process_resident_memory_bytes", "gauge", "Resident memory size in bytes."),
-    ("start_time_seconds", "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds."),
+    ("cpu_seconds", "process_cpu_seconds_total", "counter",
+     "Total user and system CPU time spent in seconds."),
+    ("virtual_memory_bytes", "process_virtual_memory_bytes", "gauge",
+     "Virtual memory size in bytes."),
+    ("resident_memory_bytes", "process_resident_memory_bytes", "gauge",
+     "Resident memory size in bytes."),
+    ("start_time_seconds", "process_start_time_seconds", "gauge",
+     "Start time of the process since unix epoch in seconds."),
     ("open_fds", "process_open_fds", "gauge", "Number of open file descriptors."),
     ("max_fds", "process_max_fds", "gauge", "Maximum number of open file descriptors."),
 ]
 
 FAMILIES = [
-    ("flakekit_build_info", "gauge", "Always 1; the labels name the flakekit, server plugin and Python versions."),
+    ("flakekit_build_info", "gauge",
+     "Always 1; the labels name the flakekit, server plugin and Python versions."),
     *((name, kind, help_) for _, name, kind, help_ in PROCESS_FAMILIES),
-    ("flakekit_server_ready", "gauge", "1 while this process is ready (every lease valid, every segment key has a buffer)."),
-    ("flakekit_server_processes_expected", "gauge", "Worker processes the server runs (--workers)."),
+    ("flakekit_server_ready", "gauge",
+     "1 while this process is ready (every lease valid, every segment key has a buffer)."),
+    ("flakekit_server_processes_expected", "gauge",
+     "Worker processes the server runs (--workers)."),
     ("flakekit_server_processes_running", "gauge", "Worker processes serving now."),
     ("flakekit_server_process_running", "gauge", "1 while this worker process serves."),
-    ("flakekit_server_process_restarts_total", "counter", "Times the supervisor restarted this worker process."),
+    ("flakekit_server_process_restarts_total", "counter",
+     "Times the supervisor restarted this worker process."),
     ("flakekit_server_start_time_seconds", "gauge", "Unix time the process started serving."),
     ("flakekit_ids_issued_total", "counter", "IDs handed out over HTTP, by generator."),
     ("flakekit_generator_ready", "gauge", "1 while the generator can issue IDs."),
     ("flakekit_worker_id", "gauge", "The worker id a snowflake generator leased."),
     ("flakekit_lease_epoch", "gauge", "The epoch (fencing token) of the worker lease."),
-    ("flakekit_lease_remaining_seconds", "gauge", "Seconds left on the worker lease (+Inf: never expires; negative: lapsed)."),
+    ("flakekit_lease_remaining_seconds", "gauge",
+     "Seconds left on the worker lease (+Inf: never expires; negative: lapsed)."),
     ("flakekit_lease_renewals_total", "counter", "Successful lease renewals."),
     ("flakekit_lease_renew_failures_total", "counter", "Failed lease renewals."),
-    ("flakekit_lease_losses_total", "counter", "Worker leases lost (the generator stopped issuing)."),
-    ("flakekit_clock_rollbacks_total", "counter", "Times the wall clock stepped back (waited: waited it out)."),
+    ("flakekit_lease_losses_total", "counter",
+     "Worker leases lost (the generator stopped issuing)."),
+    ("flakekit_clock_rollbacks_total", "counter",
+     "Times the wall clock stepped back (waited: waited it out)."),
     ("flakekit_alerts_total", "counter", "Alerts raised (e.g. worker-reclaim, worker-capacity)."),
     ("flakekit_segment_step", "gauge", "The current (dynamic) step of a segment key."),
     ("flakekit_segment_buffer_ready", "gauge", "1 if the buffer (current/next) holds IDs."),
     ("flakekit_segment_buffer_remaining", "gauge", "IDs left in the buffer."),
-    ("flakekit_segment_buffer_fill_ratio", "gauge", "Share of the buffer's segment still unused (0..1)."),
+    ("flakekit_segment_buffer_fill_ratio", "gauge",
+     "Share of the buffer's segment still unused (0..1)."),
     ("flakekit_segment_fetches_total", "counter", "Segments fetched from the database."),
     ("flakekit_segment_fetch_failures_total", "counter", "Failed segment fetches."),
     ("flakekit_segment_fetch_duration_seconds", "histogram", "Database fetch latency per key."),
-    ("flakekit_lease_acquire_duration_seconds", "histogram", "Worker-lease acquire latency (successful acquires, re-acquires included)."),
+    ("flakekit_lease_acquire_duration_seconds", "histogram",
+     "Worker-lease acquire latency (successful acquires, re-acquires included)."),
     ("flakekit_segment_fetch_duration_max_seconds", "gauge", "Slowest database fetch per key."),
     ("flakekit_segment_fetch_duration_last_seconds", "gauge", "Latest database fetch per key."),
-    ("flakekit_segment_waits_total", "counter", "Requests that waited for a refill (both buffers empty)."),
-    ("flakekit_segment_unavailable_total", "counter", "Requests refused: no refill within the wait budget."),
+    ("flakekit_segment_waits_total", "counter",
+     "Requests that waited for a refill (both buffers empty)."),
+    ("flakekit_segment_unavailable_total", "counter",
+     "Requests refused: no refill within the wait budget."),
     ("flakekit_http_requests_total", "counter", "HTTP requests by route and status code."),
-    ("flakekit_http_request_duration_seconds", "histogram", "Time from a request's first byte to its response, by route."),
+    ("flakekit_http_request_duration_seconds", "histogram",
+     "Time from a request's first byte to its response, by route."),
     ("flakekit_http_connections", "gauge", "Open HTTP connections."),
-    ("flakekit_http_rejected_connections_total", "counter", "Connections refused over --max-connections."),
-    ("flakekit_http_offloaded_batches_total", "counter", "Large batches made in a worker thread, off the event loop."),
+    ("flakekit_http_rejected_connections_total", "counter",
+     "Connections refused over --max-connections."),
+    ("flakekit_http_offloaded_batches_total", "counter",
+     "Large batches made in a worker thread, off the event loop."),
     ("flakekit_cluster_view_epoch", "gauge", "The cluster view epoch this node serves by."),
-    ("flakekit_cluster_members", "gauge", "Members of the cluster by state (alive, draining, lapsed, left)."),
+    ("flakekit_cluster_members", "gauge",
+     "Members of the cluster by state (alive, draining, lapsed, left)."),
     ("flakekit_cluster_owned_keys", "gauge", "Strict keys this node owns in the current view."),
-    ("flakekit_cluster_lease_remaining_seconds", "gauge", "Seconds left on this node's membership lease."),
-    ("flakekit_cluster_handoffs_total", "counter", "Strict keys this node took over (hand-offs completed)."),
-    ("flakekit_cluster_handoff_duration_seconds", "histogram", "Time from seeing a new owner epoch to serving the key."),
-    ("flakekit_cluster_forwards_total", "counter", "Requests forwarded to a strict key's owner, by result."),
-    ("flakekit_cluster_misdirected_total", "counter", "421 answers: a client that routes by its view asked the wrong node."),
+    ("flakekit_cluster_lease_remaining_seconds", "gauge",
+     "Seconds left on this node's membership lease."),
+    ("flakekit_cluster_handoffs_total", "counter",
+     "Strict keys this node took over (hand-offs completed)."),
+    ("flakekit_cluster_handoff_duration_seconds", "histogram",
+     "Time from seeing a new owner epoch to serving the key."),
+    ("flakekit_cluster_forwards_total", "counter",
+     "Requests forwarded to a strict key's owner, by result."),
+    ("flakekit_cluster_misdirected_total", "counter",
+     "421 answers: a client that routes by its view asked the wrong node."),
     ("flakekit_cluster_refused_total", "counter", "503 answers for strict keys, by reason."),
 ]
 
@@ -251,7 +275,8 @@ def _cluster(fams: dict[str, _Family], cluster: Mapping[str, Any], p: str) -> No
         fams["flakekit_cluster_refused_total"].add(n, reason=reason, node=node, process=p)
 
 
-def render(snapshots: Iterable[Mapping[str, Any]], supervision: Mapping[str, Any] | None = None) -> str:
+def render(snapshots: Iterable[Mapping[str, Any]],
+           supervision: Mapping[str, Any] | None = None) -> str:
     """Prometheus text exposition (version 0.0.4) of every process's snapshot, and of the
     supervision (expected vs running processes, restarts)."""
     from flakekit import __version__ as version
@@ -283,13 +308,15 @@ def render(snapshots: Iterable[Mapping[str, Any]], supervision: Mapping[str, Any
                 w = "" if gen.get("worker_id") is None else gen["worker_id"]
                 if gen.get("worker_id") is not None:
                     fams["flakekit_worker_id"].add(gen["worker_id"], generator=g, process=p)
-                    fams["flakekit_lease_epoch"].add(gen.get("epoch"), generator=g, process=p, worker=w)
+                    fams["flakekit_lease_epoch"].add(gen.get("epoch"), generator=g, process=p,
+                                                     worker=w)
                 remaining = gen.get("lease_remaining_s")
                 if gen.get("worker_id") is not None:
                     fams["flakekit_lease_remaining_seconds"].add(
                         float("inf") if remaining is None else remaining,
                         generator=g, process=p, worker=w)
-                fams["flakekit_lease_renewals_total"].add(gen.get("renewals", 0), generator=g, process=p)
+                fams["flakekit_lease_renewals_total"].add(gen.get("renewals", 0), generator=g,
+                                                          process=p)
                 fam = fams["flakekit_lease_acquire_duration_seconds"]
                 acquires = gen.get("acquires", 0)
                 buckets = gen.get("acquire_buckets") or [0] * (len(FETCH_BUCKETS_S) + 1)
@@ -300,7 +327,8 @@ def render(snapshots: Iterable[Mapping[str, Any]], supervision: Mapping[str, Any
                 fam.add(acquires, "_bucket", le="+Inf", generator=g, process=p)
                 fam.add(gen.get("acquire_ns_total", 0) / 1e9, "_sum", generator=g, process=p)
                 fam.add(acquires, "_count", generator=g, process=p)
-                fams["flakekit_lease_renew_failures_total"].add(gen.get("renew_failures", 0), generator=g, process=p)
+                fams["flakekit_lease_renew_failures_total"].add(gen.get("renew_failures", 0),
+                                                                generator=g, process=p)
                 fams["flakekit_lease_losses_total"].add(
                     snap["events"]["lease_lost"].get(g, 0), generator=g, process=p)
                 rollbacks = {(r[0], bool(r[1])): r[2] for r in snap["events"]["clock_rollbacks"]}
@@ -315,14 +343,17 @@ def render(snapshots: Iterable[Mapping[str, Any]], supervision: Mapping[str, Any
                     fams["flakekit_segment_step"].add(key.get("step"), **labels)
                     for buf in key.get("buffers", []):
                         slot = buf.get("slot")
-                        fams["flakekit_segment_buffer_ready"].add(bool(buf.get("ready")), slot=slot, **labels)
+                        fams["flakekit_segment_buffer_ready"].add(bool(buf.get("ready")), slot=slot,
+                                                                  **labels)
                         idle = buf.get("idle") or 0
                         fams["flakekit_segment_buffer_remaining"].add(idle, slot=slot, **labels)
                         step = buf.get("step") or 0
-                        fams["flakekit_segment_buffer_fill_ratio"].add(idle / step if step else 0.0, slot=slot, **labels)
+                        fams["flakekit_segment_buffer_fill_ratio"].add(idle / step if step else 0.0,
+                                                                       slot=slot, **labels)
                     fetches = key.get("fetches", 0)
                     fams["flakekit_segment_fetches_total"].add(fetches, **labels)
-                    fams["flakekit_segment_fetch_failures_total"].add(key.get("fetch_failures", 0), **labels)
+                    fams["flakekit_segment_fetch_failures_total"].add(key.get("fetch_failures", 0),
+                                                                      **labels)
                     mean = key.get("fetch_ms_mean") or 0.0
                     fam = fams["flakekit_segment_fetch_duration_seconds"]
                     buckets = key.get("fetch_buckets") or [0] * (len(FETCH_BUCKETS_S) + 1)
@@ -333,11 +364,16 @@ def render(snapshots: Iterable[Mapping[str, Any]], supervision: Mapping[str, Any
                     fam.add(fetches, "_bucket", le="+Inf", **labels)
                     fam.add(mean * fetches / 1e3, "_sum", **labels)
                     fam.add(fetches, "_count", **labels)
-                    fams["flakekit_segment_fetch_duration_max_seconds"].add((key.get("fetch_ms_max") or 0.0) / 1e3, **labels)
-                    fams["flakekit_segment_fetch_duration_last_seconds"].add((key.get("fetch_ms_last") or 0.0) / 1e3, **labels)
+                    fetch_max_s = (key.get("fetch_ms_max") or 0.0) / 1e3
+                    fetch_last_s = (key.get("fetch_ms_last") or 0.0) / 1e3
+                    fams["flakekit_segment_fetch_duration_max_seconds"].add(fetch_max_s, **labels)
+                    fams["flakekit_segment_fetch_duration_last_seconds"].add(fetch_last_s,
+                                                                             **labels)
                     fams["flakekit_segment_waits_total"].add(key.get("waits", 0), **labels)
-                    fams["flakekit_segment_unavailable_total"].add(key.get("unavailable", 0), **labels)
-        snowflakes = {gen["name"] for gen in snap["generators"] if gen.get("kind") == "time-ordered"}
+                    fams["flakekit_segment_unavailable_total"].add(key.get("unavailable", 0),
+                                                                   **labels)
+        snowflakes = {gen["name"] for gen in snap["generators"]
+                      if gen.get("kind") == "time-ordered"}
         for g, waited, n in snap["events"]["clock_rollbacks"]:
             if g not in snowflakes:   # (a generator's own series are written above)
                 fams["flakekit_clock_rollbacks_total"].add(
@@ -358,8 +394,10 @@ def render(snapshots: Iterable[Mapping[str, Any]], supervision: Mapping[str, Any
             fam.add(h[-2] / 1e9, "_sum", route=route, process=p)
             fam.add(h[-1], "_count", route=route, process=p)
         fams["flakekit_http_connections"].add(http["connections"], process=p)
-        fams["flakekit_http_rejected_connections_total"].add(http["rejected_connections"], process=p)
-        fams["flakekit_http_offloaded_batches_total"].add(snap.get("offloaded_batches", 0), process=p)
+        fams["flakekit_http_rejected_connections_total"].add(http["rejected_connections"],
+                                                             process=p)
+        fams["flakekit_http_offloaded_batches_total"].add(snap.get("offloaded_batches", 0),
+                                                          process=p)
         if snap.get("cluster"):
             _cluster(fams, snap["cluster"], p)
     out: list[str] = []
@@ -377,7 +415,8 @@ def durability_metrics(databases: Mapping[str, Mapping[str, Any]]) -> str:
              "replicated synchronously (label verdict: what a commit survives)",
              "# TYPE flakekit_database_synchronous gauge"]
     for name, d in databases.items():
-        lines.append(f"flakekit_database_synchronous{_labels({'backend': name, 'verdict': d.get('verdict') or 'unknown'})} "
+        labels = _labels({"backend": name, "verdict": d.get("verdict") or "unknown"})
+        lines.append(f"flakekit_database_synchronous{labels} "
                      f"{1 if d.get('synchronous') else 0}")
     lines += ["# HELP flakekit_database_failovers_total database fail-overs detected",
               "# TYPE flakekit_database_failovers_total counter"]

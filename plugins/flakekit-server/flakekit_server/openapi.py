@@ -203,7 +203,8 @@ def paths(max_count: int, formats: tuple[str, ...]) -> dict[str, Any]:
                         extra={"503": _json(_READY, "Not ready")}),
         "/metrics": _ops("Prometheus text exposition (0.0.4)", _text("Metrics")),
         "/api/v1/status": _ops("Every process's numbers", _json({"type": "object"}, "Status")),
-        "/api/v1/generators": _ops("The generators served", _json({"type": "object"}, "Generators")),
+        "/api/v1/generators": _ops("The generators served",
+                                   _json({"type": "object"}, "Generators")),
         "/api/v1/cluster": _ops(
             "Cluster mode: the view clients route by (epoch, hash, members, owners)",
             _json(_CLUSTER, "The view"), "cluster",

@@ -55,17 +55,17 @@ def check_config(config: Any, options: ServerOptions) -> None:
     kit = build_kit(config, get_host(), as_member=False)
     try:
         infos = {name: kit.describe(name) for name in kit}
-        if getattr(config, "cluster", None) is not None:
+        if config.cluster is not None:
             kit.cluster_settings(node=options.node, advertise=options.advertise)
     finally:
         kit.close()  # never started: releases nothing, closes the engines
-    if getattr(config, "cluster", None) is not None and options.workers != 1:
+    if config.cluster is not None and options.workers != 1:
         raise ConfigError(
             "--workers", f"cluster mode serves with one process per node (got --workers "
             f"{options.workers}): run more nodes, each with its own --node and --advertise, "
             "or use --workers 1")
     if options.node is not None or options.advertise is not None:
-        if getattr(config, "cluster", None) is None:
+        if config.cluster is None:
             flag = "--node" if options.node is not None else "--advertise"
             raise ConfigError(flag, "the config has no [cluster] section: --node and "
                               "--advertise name this node in a cluster (docs/cluster.md)")
@@ -98,7 +98,8 @@ def make_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror} (--host/--port)") from None
+        raise ServeError(
+            f"cannot listen on {host}:{port}: {exc.strerror} (--host/--port)") from None
     sock.setblocking(False)
     return sock
 
@@ -109,7 +110,8 @@ def new_loop(kind: str) -> tuple[asyncio.AbstractEventLoop, str]:
             import uvloop
         except ImportError:
             if kind == "uvloop":
-                raise ConfigError("--loop", "uvloop is not installed (pip install uvloop)") from None
+                raise ConfigError("--loop",
+                                  "uvloop is not installed (pip install uvloop)") from None
         else:
             return uvloop.new_event_loop(), "uvloop"
     return asyncio.new_event_loop(), "asyncio"
@@ -169,7 +171,7 @@ def run_worker(
         finally:
             starting[0] = False
         node = None
-        if getattr(config, "cluster", None) is not None and not requested:
+        if config.cluster is not None and not requested:
             # joins the membership; the strict generators are served through it from now on
             node = kit.cluster_node(node=options.node, advertise=options.advertise)
             node.start()
@@ -248,7 +250,7 @@ async def _publish(service: IdService, interval: float = 1.0) -> None:
         try:
             service.sample_rates()
             service.write_snapshot()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("could not publish the process snapshot")
         await asyncio.sleep(interval)
 
@@ -330,16 +332,19 @@ class Supervisor:
 
                 status = run_worker(self.config, self.options, sock, process=index,
                                     run_dir=self.run_dir, on_ready=ready)
-            except BaseException as exc:  # noqa: BLE001 - report to the parent, then exit
+            except BaseException as exc:  # report to the parent, then exit
                 from flakekit.plugin import USAGE_ERRORS
 
                 usage = isinstance(exc, USAGE_ERRORS)
-                message = str(exc) if isinstance(exc, FlakekitError) else f"{type(exc).__name__}: {exc}"
+                message = (str(exc) if isinstance(exc, FlakekitError)
+                           else f"{type(exc).__name__}: {exc}")
                 if not isinstance(exc, FlakekitError):
                     log.exception("process %d failed", index)
                 if pipe_open[0]:
                     try:
-                        os.write(w, json.dumps({"ok": False, "error": message, "usage": usage}).encode())
+                        os.write(w,
+                                 json.dumps({"ok": False, "error": message,
+                                             "usage": usage}).encode())
                     except OSError:
                         pass
                 status = 2 if usage else 1

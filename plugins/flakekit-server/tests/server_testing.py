@@ -1,5 +1,6 @@
-"""Helpers for the server tests (a unique module name: tests/ has a conftest too): real `flakekit serve` processes on loopback, real
-databases (SQLite files; a fresh PostgreSQL database where a test asks for one)."""
+"""Helpers for the server tests (a unique module name: tests/ has a conftest too): real
+`flakekit serve` processes on loopback, real databases (SQLite files; a fresh PostgreSQL database
+where a test asks for one)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import pytest
 FLAKEKIT = str(Path(sys.executable).with_name("flakekit"))
 #: headless Chromium for the monitor-page tests (None: not installed; the plugin's
 #: scripts/install-browser.sh installs Debian's package)
-CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+CHROMIUM = shutil.which("chromium") or (
+    "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 NO_CHROMIUM = "chromium is not installed: run plugins/flakekit-server/scripts/install-browser.sh"
 
 
@@ -60,7 +62,8 @@ def write_config(path: Path, url: str, *, heartbeat: str | None = None,
     text += ('[generators.orders]\nstrategy = "snowflake"\n'
              f'allocator = {{ type = "sql", backend = "main"{hb} }}\n\n')
     for name, key in (segments if segments is not None else {"invoices": "invoice"}).items():
-        text += (f'[generators.{name}]\nstrategy = "segment"\nstore = {{ type = "sql", backend = "main" }}\n'
+        text += (f'[generators.{name}]\nstrategy = "segment"\n'
+                 'store = { type = "sql", backend = "main" }\n'
                  f'key = "{key}"\n\n')
     path.write_text(text + extra)
     return path
@@ -69,7 +72,8 @@ def write_config(path: Path, url: str, *, heartbeat: str | None = None,
 class Server:
     """A `flakekit serve` subprocess; stop() sends SIGTERM and returns the exit status."""
 
-    def __init__(self, config: Path | None, *args: str, tmp: Path, env: dict[str, str] | None = None,
+    def __init__(self, config: Path | None, *args: str, tmp: Path,
+                 env: dict[str, str] | None = None,
                  wait: bool = True) -> None:
         cmd = [FLAKEKIT, "serve", "--port", "0", *args]
         if config is not None:
@@ -175,7 +179,8 @@ def invoice_server(tmp: Path) -> Iterator[Server]:
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "FLAKEKIT_CONFIG"}
-    return subprocess.run([FLAKEKIT, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([FLAKEKIT, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def chromium(tmp_path: Path, *args: str, budget_ms: int = 3000) -> subprocess.CompletedProcess[str]:

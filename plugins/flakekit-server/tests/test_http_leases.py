@@ -38,7 +38,8 @@ def lease_config(path: Path, url: str, names: list[str], *, allocator: str = SHO
                  worker_bits: int = 10) -> Path:
     """A server config: one snowflake generator per name (sql allocator, service = name)."""
     text = (f'[backends.main]\nurl = "{url}"\n\n[layouts.small]\n'
-            f'fields = [["time", {51 - worker_bits}], ["worker", {worker_bits}], ["sequence", 12]]\n'
+            f'fields = [["time", {51 - worker_bits}], ["worker", {worker_bits}], ["sequence", '
+            f'12]]\n'
             'unit = "1ms"\nepoch = "2024-01-01T00:00:00Z"\n\n')
     for name in names:
         text += (f'[generators.{name}]\nstrategy = "snowflake"\nlayout = "small"\n'
@@ -84,7 +85,8 @@ def free_own_ids(url: str, names: list[str]) -> None:
         engine.dispose()
 
 
-def allocator(base: str, name: str, token: str | None = TOKEN, window: str = "300ms") -> HttpAllocator:
+def allocator(base: str, name: str, token: str | None = TOKEN,
+              window: str = "300ms") -> HttpAllocator:
     settings = HttpAllocatorSettings(url=base, token=token, safety_window=window)
     return HttpAllocator(settings, MonotonicClock(), name)
 
@@ -186,7 +188,8 @@ class TestEndpoints:
         server = served[0]
         seen = set()
         for _ in range(80):
-            status, headers, _ = server.get("/api/v1/leases/c14", {"Authorization": f"Bearer {TOKEN}"})
+            status, headers, _ = server.get("/api/v1/leases/c14",
+                                            {"Authorization": f"Bearer {TOKEN}"})
             seen.add(status)
             if status == 429:
                 assert int(headers["retry-after"]) >= 1
@@ -255,7 +258,8 @@ class TestDrills:
         _, server = self._server(tmp_path, pg_url)
         proxy = TcpProxy(server.port).start()
         try:
-            a_kit = flakekit.load(client_config(tmp_path / "a.toml", f"http://127.0.0.1:{proxy.port}",
+            a_kit = flakekit.load(client_config(tmp_path / "a.toml",
+                                                f"http://127.0.0.1:{proxy.port}",
                                                 "orders", worker_bits=1))
             b_config = client_config(tmp_path / "b.toml", f"http://127.0.0.1:{server.port}",
                                      "orders", worker_bits=1)

@@ -23,7 +23,8 @@ def api(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("api")
     url = f"sqlite:///{tmp / 'ids.db'}"
     create_keys(url, {"invoice": 100, "secret": 10})
-    config = write_config(tmp / "flakekit.toml", url, segments={"invoices": "invoice", "secret": "secret"})
+    config = write_config(tmp / "flakekit.toml", url,
+                          segments={"invoices": "invoice", "secret": "secret"})
     tokens = tmp / "tokens"
     tokens.write_text(f"# generator token\nsecret {TOKEN}\n")
     server = Server(config, "--max-count", "5000", "--token-file", str(tokens), tmp=tmp)
@@ -59,7 +60,8 @@ class TestLeafCompatibility:
 
     def test_leaf_client_unchanged(self, api):
         """A Leaf-style client (plain urllib GET, parse the body as a long) works."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{api.port}/api/snowflake/get/orders", timeout=5) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{api.port}/api/snowflake/get/orders",
+                                    timeout=5) as resp:
             value = int(resp.read().decode())
         assert 0 < value < 2**63
 
@@ -124,7 +126,8 @@ class TestJsonApi:
         got += [int(api.get("/api/segment/get/invoice")[2]) for _ in range(5)]
         assert len(set(got)) == len(got)
 
-    @pytest.mark.parametrize("query", ["count=0", "count=5001", "count=abc", "count=-1", "count=1.5",
+    @pytest.mark.parametrize("query",
+                             ["count=0", "count=5001", "count=abc", "count=-1", "count=1.5",
                                        "count=", "count=%EF%BC%91", "count=1&count=2", "cnt=3",
                                        "format=xml"])
     def test_bad_count_400(self, api, query):
@@ -237,7 +240,8 @@ class TestAuth:
             is_json_error(body, 401, "unauthorized")
 
     def test_wrong_token_401(self, api):
-        status, _, body = api.get("/api/segment/get/secret", {"Authorization": "Bearer wrong-token-0000000000"})
+        status, _, body = api.get("/api/segment/get/secret",
+                                  {"Authorization": "Bearer wrong-token-0000000000"})
         is_json_error(body, 401, "unauthorized")
         status, _, body = api.get("/api/segment/get/secret", {"Authorization": f"Basic {TOKEN}"})
         assert status == 401
@@ -261,7 +265,8 @@ class TestAuth:
         config = write_config(tmp_path / "c.toml", url, segments={})
         tokens = tmp_path / "tokens"
         tokens.write_text(text + "\n")
-        result = run_cli("serve", "--config", str(config), "--port", "0", "--token-file", str(tokens))
+        result = run_cli("serve", "--config", str(config), "--port", "0", "--token-file",
+                         str(tokens))
         assert result.returncode == 2, result.stderr
         assert message in result.stderr and "Traceback" not in result.stderr
         assert "tokens:1" in result.stderr
@@ -340,7 +345,9 @@ class TestReadiness:
         create_keys(url, {"tiny": 2})
         config = write_config(tmp_path / "c.toml", url, segments={"tiny": "tiny"},
                               extra="")
-        config.write_text(config.read_text().replace('key = "tiny"', 'key = "tiny"\ndynamic_step = false\nwait_budget = "100ms"'))
+        config.write_text(config.read_text().replace('key = "tiny"',
+                                                     'key = "tiny"\ndynamic_step = '
+                                                     'false\nwait_budget = "100ms"'))
         server = start_server(config)
         assert server.json("/ready")[0] == 200
         with sqlite3.connect(db) as conn:
@@ -353,7 +360,8 @@ class TestReadiness:
 
 class TestMultiProcess:
     def test_two_processes_two_leases(self, tmp_path, start_server):
-        """--workers 2: each process leases its own worker id; IDs over many connections are unique."""
+        """--workers 2: each process leases its own worker id; IDs over many connections are
+        unique."""
         url = f"sqlite:///{tmp_path / 'ids.db'}"
         create_keys(url, {"invoice": 1000})
         config = write_config(tmp_path / "c.toml", url)

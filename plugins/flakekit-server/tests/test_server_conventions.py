@@ -64,7 +64,8 @@ class TestMetrics:
         assert value(m, "process_resident_memory_bytes", process="0") > 1 << 20
         assert (value(m, "process_virtual_memory_bytes", process="0")
                 >= value(m, "process_resident_memory_bytes", process="0"))
-        assert 0 < value(m, "process_open_fds", process="0") < value(m, "process_max_fds", process="0")
+        assert 0 < value(m, "process_open_fds", process="0") < value(m, "process_max_fds",
+                                                                     process="0")
         started = value(m, "process_start_time_seconds", process="0")
         assert abs(started - server_started(server)) < 120   # /proc's start, not 1970
 
@@ -74,17 +75,20 @@ class TestMetrics:
             assert server.get("/api/segment/get/invoice")[0] == 200
         m = parse(server.get("/metrics")[2].decode())
         name = "flakekit_segment_fetch_duration_seconds"
-        buckets = [(float(lab["le"]), v) for lab, v in m[name + "_bucket"] if lab["key"] == "invoice"]
+        buckets = [(float(lab["le"]), v) for lab,
+                   v in m[name + "_bucket"] if lab["key"] == "invoice"]
         counts = [v for _, v in sorted(buckets)]
         assert len(counts) == len(flakekit.plugin.LATENCY_BUCKETS_S) + 1
-        assert counts == sorted(counts) and counts[-1] == value(m, name + "_count", key="invoice") >= 2
+        assert counts == sorted(counts) and counts[-1] == value(m, name + "_count",
+                                                                key="invoice") >= 2
         assert value(m, name + "_sum", key="invoice") > 0
 
     def test_counters_from_start(self, server):
         """A fresh server has every counter at 0: rate() works from the first event on."""
         m = parse(server.get("/metrics")[2].decode())
         for waited in ("true", "false"):
-            assert value(m, "flakekit_clock_rollbacks_total", generator="orders", waited=waited) == 0
+            assert value(m, "flakekit_clock_rollbacks_total", generator="orders",
+                         waited=waited) == 0
         for kind in flakekit_server.metrics.ALERT_KINDS:
             assert value(m, "flakekit_alerts_total", kind=kind) == 0
         assert value(m, "flakekit_lease_losses_total", generator="orders") == 0

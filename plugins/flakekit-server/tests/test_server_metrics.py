@@ -9,7 +9,8 @@ import time
 import pytest
 from server_testing import create_keys, write_config
 
-SAMPLE = re.compile(r'^([a-z_:][a-z0-9_:]*)(\{([a-z_]+="(\\.|[^"\\])*",?)*\})? (-?[0-9.e+-]+|NaN|[+-]Inf)$')
+SAMPLE = re.compile(r'^([a-z_:][a-z0-9_:]*)(\{([a-z_]+="(\\.|[^"\\])*",?)*\})? '
+                    r'(-?[0-9.e+-]+|NaN|[+-]Inf)$')
 
 
 def parse(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -33,7 +34,8 @@ def parse(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 
 def value(metrics, name: str, **labels: str) -> float:
-    found = [v for lab, v in metrics.get(name, []) if all(lab.get(k) == w for k, w in labels.items())]
+    found = [v for lab,
+             v in metrics.get(name, []) if all(lab.get(k) == w for k, w in labels.items())]
     assert len(found) == 1, (name, labels, metrics.get(name))
     return found[0]
 
@@ -81,8 +83,10 @@ class TestMetrics:
         assert value(m, "flakekit_http_requests_total", route="leaf_snowflake", code="200") == 10
         assert value(m, "flakekit_http_requests_total", route="leaf_segment", code="200") == 150
         assert value(m, "flakekit_http_requests_total", route="next", code="404") == 1
-        inf = value(m, "flakekit_http_request_duration_seconds_bucket", route="leaf_segment", le="+Inf")
-        assert inf == 150 == value(m, "flakekit_http_request_duration_seconds_count", route="leaf_segment")
+        inf = value(m, "flakekit_http_request_duration_seconds_bucket", route="leaf_segment",
+                    le="+Inf")
+        assert inf == 150 == value(m, "flakekit_http_request_duration_seconds_count",
+                                   route="leaf_segment")
         buckets = [v for lab, v in m["flakekit_http_request_duration_seconds_bucket"]
                    if lab["route"] == "leaf_segment"]
         assert buckets == sorted(buckets)   # cumulative

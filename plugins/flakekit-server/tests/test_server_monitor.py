@@ -40,7 +40,7 @@ def same_origin_proxy(port: int, probe: bytes) -> Iterator[int]:
     """Serves ``probe`` at /probe and forwards every other GET to the server on ``port``."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_GET(self) -> None:  # the stdlib's name
             if self.path == "/probe":
                 code, ctype, body = 200, "text/html", probe
             else:

@@ -71,7 +71,8 @@ def test_offloaded_batch_keeps_pipelined_order(tmp_path, start_server):
     big = b"GET /api/v1/next/invoices?count=20000&format=ranges HTTP/1.1\r\nHost: x\r\n\r\n"
     one = b"GET /api/segment/get/invoice HTTP/1.1\r\nHost: x\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(big + one + one + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        sock.sendall(big + one + one + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: "
+                                       b"close\r\n\r\n")
         data = b""
         while chunk := sock.recv(65536):
             data += chunk

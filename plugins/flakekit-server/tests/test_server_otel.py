@@ -123,7 +123,8 @@ def test_metrics_are_the_prometheus_numbers(kit):
         service.close()
     got = {m.name: {tuple(sorted(p.attributes.items())): p.value for p in m.data.data_points}
            for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert "flakekit_ids_issued" in names and "flakekit_http_request_duration_seconds_count" in names
+    assert ("flakekit_ids_issued" in names
+            and "flakekit_http_request_duration_seconds_count" in names)
     issued = got["flakekit_ids_issued"][(("generator", "orders"), ("process", "0"))]
     assert issued == 15
     # the same series as /metrics, with the same values where they do not move by themselves
@@ -153,7 +154,8 @@ def test_nothing_is_imported_without_opentelemetry(tmp_path):
         kit.close()
         loaded = sorted(m for m, mod in sys.modules.items() if mod is not None
                         and m.startswith(("opentelemetry", "flakekit_server.otel")))
-        print(json.dumps({{"renewed": ok, "loaded": loaded, "plugin": "flakekit_server" in sys.modules}}))
+        print(json.dumps({{"renewed": ok, "loaded": loaded,
+                          "plugin": "flakekit_server" in sys.modules}}))
     """)
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120)

@@ -84,7 +84,8 @@ def test_failing_worker_turns_ready_503_and_shows_in_metrics(tmp_path):
             assert result.returncode == 0, result.stderr[-2000:]
             dom = result.stdout
             assert 'class="badge bad">not ready<' in dom
-            assert re.search(r"1 of 2 process\(es\) running, [1-9]\d* restart\(s\)", dom), dom[:3000]
+            assert re.search(r"1 of 2 process\(es\) running, [1-9]\d* restart\(s\)",
+                             dom), dom[:3000]
             assert "process 1 is not running" in dom
     finally:
         assert server.stop() == 0, server.log()

@@ -28,9 +28,11 @@ from attrs.validators import ge, in_, instance_of, le, optional
 
 from flakekit import hookimpl
 from flakekit.plugin import (
+    AllocatorFactory,
     ConfigError,
     Duration,
     FieldError,
+    MembershipFactory,
     Register,
     duration_field,
 )
@@ -38,7 +40,7 @@ from flakekit.plugin import (
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
     from pathlib import Path
 
-    from flakekit.plugin import BuildContext
+    from flakekit.plugin import BuildContext, WorkerAllocator
     from flakekit_zookeeper.membership import ZkMembership
 
 __all__ = [
@@ -122,10 +124,12 @@ class ZooKeeperSettings:
             raise FieldError(
                 "safety_window",
                 "'safety_window' must be less than half the session timeout "
-                f"({self.session_timeout / 2e9:g} s); raise the session timeout or lower the window",
+                f"({self.session_timeout / 2e9:g} s); raise the session timeout or lower the "
+                "window",
             )
         if self.name is not None and ("/" in self.name or not self.name):
-            raise FieldError("name", f"'name' must be a non-empty name without '/', got {self.name!r}")
+            raise FieldError("name",
+                             f"'name' must be a non-empty name without '/', got {self.name!r}")
         if self.ip is not None:
             import ipaddress  # when checked: the host imports this module for --help
 
@@ -171,7 +175,8 @@ def default_cache_dir() -> Path:
     return Path(base) / "flakekit" / "zookeeper"
 
 
-def build_zookeeper_allocator(settings: ZooKeeperSettings | None, ctx: BuildContext) -> Any:
+def build_zookeeper_allocator(settings: ZooKeeperSettings | None,
+                              ctx: BuildContext) -> WorkerAllocator:
     """Factory registered as ``zookeeper``: a LeafAllocator or a LeaseAllocator."""
     s = settings or ZooKeeperSettings()
     hosts = s.hosts or os.environ.get("ZK_HOSTS") or DEFAULT_HOSTS
@@ -188,7 +193,7 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None, ctx: BuildCont
         port = s.port if s.port is not None else ctx.port
         if s.port == 0:
             raise ConfigError(f"{ctx.path}.port", PORT_0)
-        instance = getattr(ctx, "instance", 0)
+        instance = ctx.instance
         suffix = f".{instance}" if instance else ""
         cache = Path(s.cache_file) if s.cache_file else (
             (Path(s.cache_dir) if s.cache_dir else default_cache_dir())
@@ -220,7 +225,8 @@ class ZooKeeperMembershipSettings:
     """
 
     hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = attrs.field(default="/flakekit", converter=_root)  # type: ignore[assignment]  # converted
+    root: str = attrs.field(default="/flakekit",
+                            converter=_root)  # type: ignore[assignment]  # converted
     session_timeout: Duration | None = duration_field(None, minimum=1, optional=True)
     connect_timeout: Duration = duration_field("5s", minimum=1)
     safety_window: Duration | None = duration_field(None, optional=True)
@@ -258,7 +264,7 @@ def build_zookeeper_membership(settings: ZooKeeperMembershipSettings | None,
 
 
 @hookimpl
-def flakekit_register_memberships(register: Register) -> None:
+def flakekit_register_memberships(register: Register[MembershipFactory]) -> None:
     register(
         "zookeeper", build_zookeeper_membership, settings=ZooKeeperMembershipSettings,
         description="cluster members as ephemeral znodes (the session is the lease) and "
@@ -267,7 +273,7 @@ def flakekit_register_memberships(register: Register) -> None:
 
 
 @hookimpl
-def flakekit_register_allocators(register: Register) -> None:
+def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
     register(
         "zookeeper", build_zookeeper_allocator, settings=ZooKeeperSettings,
         description="worker ids from ZooKeeper: Leaf-compatible (mode = \"leaf\") or "

@@ -312,7 +312,8 @@ class ZkMembership:
 
     def _join(self, conn: ZkConnection, cluster: str, member: Member, token: str,
               session_ns: int, safety_ns: int, digest: str = "") -> MemberLease:
-        mpath, rpath = self._member_path(cluster, member.node), self._roster_path(cluster, member.node)
+        mpath, rpath = self._member_path(cluster, member.node), self._roster_path(cluster,
+                                                                                  member.node)
         data = _json(advertise=member.advertise, weight=member.weight, holder=token,
                      state="alive", session_ms=session_ns // MS, config_digest=digest)
         roster = _json(advertise=member.advertise, weight=member.weight, holder=token,

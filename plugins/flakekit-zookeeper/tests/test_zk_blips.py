@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -79,7 +80,7 @@ def _blip(tmp_path, zk, ns, hosts: str, fault, heal, outage_s: float, session: s
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=30)
-        except Exception:
+        except subprocess.TimeoutExpired:
             proc.kill()
             raise AssertionError("SIGTERM did not end the generator process within 30 s "
                                  "(close() blocked)") from None

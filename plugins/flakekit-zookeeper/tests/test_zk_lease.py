@@ -202,7 +202,8 @@ class TestSessionExpiry:
         assert gen.worker_id == 1 and gen.lease.epoch >= 1  # 0 is in quarantine
         assert after > before
         gen.close()
-        print(f"expiry: refused after {refused * 1000:.0f} ms, new id after {resumed * 1000:.0f} ms")
+        print(f"expiry: refused after {refused * 1000:.0f} ms, "
+              f"new id after {resumed * 1000:.0f} ms")
 
 
 class TestProcesses:
