@@ -132,12 +132,14 @@ class PluginHost:
         lambda: {kind: Registry(kind) for kind in KINDS.values()}
     )
     loaded: bool = False
-    broken: list[BrokenPlugin] = attrs.Factory(list)
+    _broken: list[BrokenPlugin] = attrs.Factory(list)
     _origins: dict[str, tuple[str | None, str | None, str]] = attrs.Factory(dict)
     #: built-ins not imported yet (:meth:`_builtins`)
     _pending: list[str] = attrs.Factory(list)
     #: the entry points :meth:`load` registered (a clash of a built-in with one breaks it)
     _entrypoints: list[str] = attrs.Factory(list)
+    #: the registration hooks those entry points implement (where a built-in may clash)
+    _entry_hooks: list[str] = attrs.Factory(list)
 
     def __attrs_post_init__(self) -> None:
         self._pm.add_hookspecs(hookspecs)
@@ -180,6 +182,8 @@ class PluginHost:
             else:
                 self._collect_builtin(plugin_name, plugin, loaded)
         self._entrypoints = loaded
+        self._entry_hooks = [hook for hook in KINDS if any(
+            impl.plugin_name in loaded for impl in getattr(pm.hook, hook).get_hookimpls())]
         self._pending = list(BUILTIN_PLUGINS)
         self.loaded = True
         if extra or os.environ.get("FLAKEKIT_TRACE_PLUGINS"):
@@ -249,7 +253,17 @@ class PluginHost:
         dist, version, _ = self._origins.get(name, (None, None, ""))
         if self._pm.has_plugin(name):
             self.unregister(name)
-        self.broken.append(BrokenPlugin(name, dist, version, error))
+        self._broken.append(BrokenPlugin(name, dist, version, error))
+
+    @property
+    def broken(self) -> list[BrokenPlugin]:
+        """The plugins that failed to import or register. An entry point that took a
+        built-in's name is only found out when that built-in loads, so the built-ins of
+        every kind an entry point registers into load first (none for ``decode`` with
+        no third-party layouts)."""
+        for hook in self._entry_hooks:
+            self._builtins(hook)
+        return self._broken
 
     def check_broken(self) -> None:
         """Refuse to build generators while a plugin is broken (it may be the one that
