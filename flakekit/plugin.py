@@ -139,6 +139,7 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         KEY_RE,
         KEY_RULE,
         key_problem,
+        root_field,
     )
     from flakekit.values.layout import (
         BitLayout,
@@ -194,7 +195,7 @@ _FROM = {
     "flakekit.values.cluster": ("Member", "MemberInfo", "View"),
     "flakekit.values.events": ("Events",),
     "flakekit.values.formats": ("ENCODINGS", "IdFormat"),
-    "flakekit.values.keys": ("KEY_RE", "KEY_RULE", "key_problem"),
+    "flakekit.values.keys": ("KEY_RE", "KEY_RULE", "key_problem", "root_field"),
     "flakekit.values.layout": ("BitLayout",),
     "flakekit.values.stats": (
         "LATENCY_BUCKETS_S", "BufferStats", "LeaseStats", "SegmentStats", "SnowflakeStats"
