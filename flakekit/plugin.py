@@ -106,6 +106,7 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     )
     from flakekit.pluginhost.markers import (
         hookimpl,
+        registers,
     )
     from flakekit.pluginhost.registry import (
         Register,
@@ -185,7 +186,7 @@ _FROM = {
         "HasLayout", "HasStats", "LeaseTarget", "NamesLayout", "SegmentStore", "StatsRecord",
         "WorkerAllocator", "check_contract"
     ),
-    "flakekit.pluginhost.markers": ("hookimpl",),
+    "flakekit.pluginhost.markers": ("hookimpl", "registers"),
     "flakekit.pluginhost.registry": ("Register",),
     "flakekit.sql.schema": (
         "Component", "Migration", "SchemaChange", "check_schema", "register_component"

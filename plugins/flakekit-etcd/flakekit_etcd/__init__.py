@@ -26,13 +26,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from attrs.validators import instance_of, optional
 
-from flakekit import hookimpl
 from flakekit.plugin import (
     ConfigError,
     Duration,
     FieldError,
-    Register,
     duration_field,
+    registers,
     root_field,
 )
 
@@ -196,20 +195,16 @@ def build_etcd_membership(settings: EtcdMembershipSettings | None,
         username=s.username, password=s.password, watch=s.watch)
 
 
-@hookimpl
-def flakekit_register_memberships(register: Register) -> None:
-    register(
-        "etcd", build_etcd_membership, settings=EtcdMembershipSettings,
-        description="cluster members as keys on etcd leases (create_revision == 0, the "
-                    "revision as incarnation) and the view as a key moved by "
-                    "compare-and-set on its mod_revision",
-    )
+flakekit_register_memberships = registers(
+    "etcd", build_etcd_membership, settings=EtcdMembershipSettings,
+    description="cluster members as keys on etcd leases (create_revision == 0, the "
+                "revision as incarnation) and the view as a key moved by "
+                "compare-and-set on its mod_revision",
+)
 
 
-@hookimpl
-def flakekit_register_allocators(register: Register) -> None:
-    register(
-        "etcd", build_etcd_allocator, settings=EtcdSettings,
-        description="worker ids leased from etcd: one lease per process, claims by "
-                    "create_revision == 0, the claim's revision as the epoch, quarantine",
-    )
+flakekit_register_allocators = registers(
+    "etcd", build_etcd_allocator, settings=EtcdSettings,
+    description="worker ids leased from etcd: one lease per process, claims by "
+                "create_revision == 0, the claim's revision as the epoch, quarantine",
+)

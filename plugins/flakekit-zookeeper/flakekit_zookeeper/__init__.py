@@ -28,13 +28,12 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from attrs.validators import ge, in_, instance_of, le, optional
 
-from flakekit import hookimpl
 from flakekit.plugin import (
     ConfigError,
     Duration,
     FieldError,
-    Register,
     duration_field,
+    registers,
     root_field,
 )
 
@@ -240,19 +239,15 @@ def build_zookeeper_membership(settings: ZooKeeperMembershipSettings | None,
         connect_timeout_s=s.connect_timeout / 1e9, safety_window_ns=s.safety_window)
 
 
-@hookimpl
-def flakekit_register_memberships(register: Register) -> None:
-    register(
-        "zookeeper", build_zookeeper_membership, settings=ZooKeeperMembershipSettings,
-        description="cluster members as ephemeral znodes (the session is the lease) and "
-                    "the view as a versioned znode",
-    )
+flakekit_register_memberships = registers(
+    "zookeeper", build_zookeeper_membership, settings=ZooKeeperMembershipSettings,
+    description="cluster members as ephemeral znodes (the session is the lease) and "
+                "the view as a versioned znode",
+)
 
 
-@hookimpl
-def flakekit_register_allocators(register: Register) -> None:
-    register(
-        "zookeeper", build_zookeeper_allocator, settings=ZooKeeperSettings,
-        description="worker ids from ZooKeeper: Leaf-compatible (mode = \"leaf\") or "
-                    "session leases with quarantine (mode = \"lease\")",
-    )
+flakekit_register_allocators = registers(
+    "zookeeper", build_zookeeper_allocator, settings=ZooKeeperSettings,
+    description="worker ids from ZooKeeper: Leaf-compatible (mode = \"leaf\") or "
+                "session leases with quarantine (mode = \"lease\")",
+)
