@@ -17,14 +17,14 @@ import argparse
 import json
 import tempfile
 import time
-import uuid
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from flakekit.api import snowflake as snowflake_generator
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import SqlSegmentStore
+from flakekit.testing import fresh_database
 
 #: print tables unless --json (then one JSON document at the end)
 QUIET = False
@@ -54,23 +54,6 @@ def batch_rate(fn, size: int, calls: int) -> float:
             fn(size)
         best = max(best, size * calls / (time.perf_counter() - t0))
     return best
-
-
-def fresh_database(admin_url: str) -> tuple[str, callable]:
-    url = make_url(admin_url)
-    name = f"fkbench_{uuid.uuid4().hex[:8]}"
-    pg = url.get_backend_name() == "postgresql"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"' if pg else f"CREATE DATABASE `{name}`"))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)' if pg
-                              else f"DROP DATABASE IF EXISTS `{name}`"))
-        admin.dispose()
-
-    return url.set(database=name).render_as_string(hide_password=False), drop
 
 
 def throughput(n: int) -> dict[str, float]:
@@ -103,8 +86,7 @@ def percentile(sorted_ns: list[int], p: float) -> float:
 def latency(admin_url: str, n: int, step: int, delay: float, max_step: int) -> dict:
     from flakekit.testing.proxy import TcpProxy
 
-    url, drop = fresh_database(admin_url)
-    try:
+    with fresh_database(admin_url) as url:
         store = SqlSegmentStore(create_engine(url))
         store.create("bench", step)
         store.engine.dispose()
@@ -131,8 +113,6 @@ def latency(admin_url: str, n: int, step: int, delay: float, max_step: int) -> d
         snow.close()
         proxy.stop()
         engine.dispose()
-    finally:
-        drop()
     backend = make_url(admin_url).get_backend_name()
     say(f"\nnext_id() latency, {n:,} calls, {backend} behind a proxy adding {delay * 1000:.0f} ms "
         f"per round trip (table step {step:,}, max_step {max_step:,}):")

@@ -20,32 +20,13 @@ from __future__ import annotations
 
 import argparse
 import time
-import uuid
-from collections.abc import Callable
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import SqlSegmentStore
-from flakekit.testing import TcpProxy, proxied
-
-
-def fresh_database(admin_url: str) -> tuple[str, Callable[[], None]]:
-    url = make_url(admin_url)
-    name = f"fkburst_{uuid.uuid4().hex[:8]}"
-    pg = url.get_backend_name() == "postgresql"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"' if pg else f"CREATE DATABASE `{name}`"))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)' if pg
-                              else f"DROP DATABASE IF EXISTS `{name}`"))
-        admin.dispose()
-
-    return url.set(database=name).render_as_string(hide_password=False), drop
+from flakekit.testing import TcpProxy, fresh_database, proxied
 
 
 def one_run(url: str, hunger: bool, args: argparse.Namespace) -> dict[str, float]:
@@ -113,12 +94,9 @@ def main() -> None:
     parser.add_argument("--hunger-max", type=int, default=16)
     parser.add_argument("--chunk", type=int, default=500, help="calls per try_next_ids()")
     args = parser.parse_args()
-    url, drop = fresh_database(args.url)
-    try:
+    with fresh_database(args.url) as url:
         rows = {label: one_run(url, hunger, args) for label, hunger in
                 (("hunger off (before)", False), ("hunger on (after)", True))}
-    finally:
-        drop()
     backend = make_url(args.url).get_backend_name()
     print(f"{backend} + {args.delay_ms:g} ms per round trip; {args.calm_rate:,}/s for "
           f"{args.calm_s:g} s, {args.burst_rate:,}/s for {args.burst_s:g} s, "

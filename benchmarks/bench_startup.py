@@ -256,7 +256,8 @@ def imports(count: int) -> str:
         with tempfile.TemporaryDirectory(prefix="flakekit-startup-") as cwd:
             env = environment(False, cache, os.path.join(cwd, "state"))
             for argv in [["-c", "import click"]] + [flakekit + a for _, a in COMMANDS]:
-                subprocess.run([sys.executable, *argv],  # works, and warms the bytecode env=env, cwd=cwd, check=True,
+                # the command works, and its bytecode is warm
+                subprocess.run([sys.executable, *argv], env=env, cwd=cwd, check=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             click_done = subprocess.run([sys.executable, "-X", "importtime", "-c",
                                          "import click"], env=env, cwd=cwd, text=True,

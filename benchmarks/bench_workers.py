@@ -25,38 +25,19 @@ import threading
 import time
 import uuid
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from flakekit.builtin.static import StaticAllocator, StaticSettings
 from flakekit.generators.snowflake import SnowflakeGenerator
 from flakekit.leases.lease import LeaseRequest
 from flakekit.sql.schema import init_schema
 from flakekit.sql.workers import SqlWorkerAllocator
+from flakekit.testing import fresh_database
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.layout import BitLayout
 
 SNOWFLAKE = BitLayout(name="snowflake", fields=[["time", 41], ["worker", 10], ["sequence", 12]],
                       unit_ns="1ms", epoch_ms=1288834974657)
-
-
-def fresh_db(admin_url: str) -> tuple[str, callable]:
-    """A new empty database on the server of ``admin_url`` and a function dropping it."""
-    from sqlalchemy.engine import make_url
-
-    name = f"fkbench_{uuid.uuid4().hex[:8]}"
-    pg = admin_url.startswith("postgresql")
-    admin = create_engine(admin_url,
-                          isolation_level="AUTOCOMMIT") if pg else create_engine(admin_url)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"' if pg else f"CREATE DATABASE `{name}`"))
-
-    def drop() -> None:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)' if pg
-                              else f"DROP DATABASE IF EXISTS `{name}`"))
-        admin.dispose()
-
-    return make_url(admin_url).set(database=name).render_as_string(hide_password=False), drop
 
 
 def alloc(engine, i: int) -> SqlWorkerAllocator:
@@ -209,22 +190,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         bench_single("SQLite", f"sqlite:///{tmp}/bench.db")
         bench_lease_check(f"sqlite:///{tmp}/lease.db")
-    url, drop = fresh_db(a.pg)
-    try:
+    with fresh_database(a.pg) as url:
         bench_single("PostgreSQL", url)
-    finally:
-        drop()
-    url, drop = fresh_db(a.pg)
-    try:
+    with fresh_database(a.pg) as url:
         bench_concurrent(url)
-    finally:
-        drop()
     if not a.skip_mariadb:
-        url, drop = fresh_db(a.mariadb)
-        try:
+        with fresh_database(a.mariadb) as url:
             bench_single("MariaDB", url)
-        finally:
-            drop()
 
 
 if __name__ == "__main__":

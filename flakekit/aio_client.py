@@ -18,11 +18,10 @@ from flakekit.client import (
     CLUSTER_PATH,
     DEFAULT_RETRY_BUDGET,
     GENERATORS_PATH,
-    MAX_REDIRECTS,
+    Attempts,
     ClusterView,
     Done,
     NodeUrl,
-    Retry,
     Routing,
     check_count,
     check_key,
@@ -204,32 +203,19 @@ class AsyncClient:
     async def _call(self, key: str, n: int) -> list[int]:
         if self._closed:
             raise ClientError("the client is closed; make a new AsyncClient")
-        routing = self.routing
-        deadline = time.monotonic() + routing.retry_budget
-        if routing.view_due(time.monotonic()):
+        attempts = Attempts(self.routing, key, n, time.monotonic())
+        if self.routing.view_due(time.monotonic()):
             await self._refresh_view(None)
-        tried: list[str] = []
-        redirects = 0
         while True:
-            plan = routing.plan(key, n, tried)
-            tried.append(plan.base)
-            status = 0
-            step: Done | Retry
+            plan = attempts.next()
+            answer: tuple[int, dict[str, str], bytes] | BaseException
             try:
-                status, headers, body = await self._send(plan.base, plan.path, plan.headers)
+                answer = await self._send(plan.base, plan.path, plan.headers)
             except (OSError, TimeoutError) as exc:
-                step = routing.on_connection_error(plan, exc, len(tried))
-            else:
-                step = routing.on_answer(plan, status, headers, body, time.monotonic(),
-                                         len(tried))
+                answer = exc
+            step = attempts.settle(plan, answer, time.monotonic())
             if isinstance(step, Done):
                 return step.ids
-            if step.redirect:
-                redirects += 1
-                if redirects > MAX_REDIRECTS:
-                    raise step.error
-            if time.monotonic() + step.delay > deadline:
-                raise step.error
             if step.delay:
                 await asyncio.sleep(step.delay)
             if step.refresh is not None:

@@ -477,6 +477,40 @@ def _retry_after(raw: str | None) -> float:
 CONNECTION_ERRORS = (OSError, http.client.HTTPException)
 
 
+class Attempts:
+    """One call's retries, without I/O (``Client`` and ``AsyncClient`` drive it alike): the
+    next node to try, and whether another try fits ``retry_budget`` and ``MAX_REDIRECTS``."""
+
+    def __init__(self, routing: Routing, key: str, count: int, now: float) -> None:
+        self.routing, self.key, self.count = routing, key, count
+        self.deadline = now + routing.retry_budget
+        self.tried: list[str] = []
+        self.redirects = 0
+
+    def next(self) -> Plan:
+        plan = self.routing.plan(self.key, self.count, self.tried)
+        self.tried.append(plan.base)
+        return plan
+
+    def settle(self, plan: Plan, answer: tuple[int, dict[str, str], bytes] | BaseException,
+               now: float) -> Done | Retry:
+        """What ``answer`` (a reply, or the connection error) means: the IDs, or a retry to
+        wait for; raises the retry's error when the redirects or the budget are spent."""
+        if isinstance(answer, BaseException):
+            step: Done | Retry = self.routing.on_connection_error(plan, answer, len(self.tried))
+        else:
+            step = self.routing.on_answer(plan, *answer, now, len(self.tried))
+        if isinstance(step, Done):
+            return step
+        if step.redirect:
+            self.redirects += 1
+            if self.redirects > MAX_REDIRECTS:
+                raise step.error
+        if now + step.delay > self.deadline:
+            raise step.error
+        return step
+
+
 class _Pool:
     """Idle keep-alive connections to one node (a request takes one, gives it back)."""
 
@@ -641,31 +675,19 @@ class Client:
     def _call(self, key: str, n: int) -> list[int]:
         if self._closed:
             raise ClientError("the client is closed; make a new Client")
-        routing = self.routing
-        deadline = time.monotonic() + routing.retry_budget
-        if routing.view_due(time.monotonic()):
+        attempts = Attempts(self.routing, key, n, time.monotonic())
+        if self.routing.view_due(time.monotonic()):
             self._refresh_view(None)
-        tried: list[str] = []
-        redirects = 0
         while True:
-            plan = routing.plan(key, n, tried)
-            tried.append(plan.base)
+            plan = attempts.next()
+            answer: tuple[int, dict[str, str], bytes] | BaseException
             try:
-                status, headers, body = self._send(plan.base, plan.path, plan.headers)
+                answer = self._send(plan.base, plan.path, plan.headers)
             except CONNECTION_ERRORS as exc:
-                status = 0
-                step: Done | Retry = routing.on_connection_error(plan, exc, len(tried))
-            else:
-                step = routing.on_answer(plan, status, headers, body, time.monotonic(),
-                                         len(tried))
+                answer = exc
+            step = attempts.settle(plan, answer, time.monotonic())
             if isinstance(step, Done):
                 return step.ids
-            if step.redirect:
-                redirects += 1
-                if redirects > MAX_REDIRECTS:
-                    raise step.error
-            if time.monotonic() + step.delay > deadline:
-                raise step.error
             if step.delay:
                 time.sleep(step.delay)
             if step.refresh is not None:

@@ -18,6 +18,7 @@ PACKAGE = ROOT / "flakekit"
 #: module prefix -> layer; the longest matching prefix wins
 LAYERS = {
     "flakekit.__about__": 0,
+    "flakekit._lazy": 0,         # the lazy re-export helper of the public modules
     "flakekit.errors": 0,
     "flakekit.values": 1,
     "flakekit.leases": 2,
@@ -29,6 +30,7 @@ LAYERS = {
     "flakekit.cli": 8,
     "flakekit.builtin": 9,
     "flakekit.plugin": 10,
+    "flakekit.embed": 10,        # what the server needs to embed flakekit
     "flakekit.api": 10,
     "flakekit.testing": 10,
     "flakekit.aio": 10,          # integrations: on top, beside api.py
@@ -114,18 +116,51 @@ PLUGIN_SOURCES = sorted(
 
 @pytest.mark.parametrize("path", PLUGIN_SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_plugins_import_only_the_stable_surface(path):
-    """Bundled plugins import `flakekit` and `flakekit.plugin`, nothing deeper."""
+    """Bundled plugins import `flakekit`, `flakekit.plugin` and `flakekit.embed`, nothing deeper."""
     deep = [f"{path.relative_to(ROOT)}:{n}: {m}" for n, m in imports(path)
-            if m not in ("flakekit", "flakekit.plugin")]
+            if m not in ("flakekit", "flakekit.plugin", "flakekit.embed")]
     assert not deep, "\n".join(deep)
 
 
-def test_surface_names_resolve():
-    """Every name flakekit.plugin promises can be imported."""
-    import flakekit.plugin as surface
+SURFACES = ["flakekit", "flakekit.plugin", "flakekit.embed"]
 
+
+@pytest.mark.parametrize("module", SURFACES)
+def test_surface_names_resolve(module):
+    """Every name a public module promises can be imported, and lives where its table says."""
+    import importlib
+
+    surface = importlib.import_module(module)
     for name in surface.__all__:
         assert getattr(surface, name) is not None, name
+    for name, where in surface._WHERE.items():
+        assert getattr(surface, name) is getattr(importlib.import_module(where), name), name
+    assert set(dir(surface)) == set(surface.__all__)
+
+
+@pytest.mark.parametrize("module", SURFACES)
+def test_surface_type_checking_imports_match_the_table(module):
+    """What mypy reads (the `if TYPE_CHECKING:` imports) is exactly the lazy table."""
+    import importlib
+
+    surface = importlib.import_module(module)
+    tree = ast.parse(Path(surface.__file__).read_text())
+    lines = _type_checking_lines(tree)
+    typed = {a.asname or a.name: node.module for node in ast.walk(tree)
+             if isinstance(node, ast.ImportFrom) and node.lineno in lines for a in node.names}
+    assert typed == surface._WHERE
+
+
+def test_plugin_surface_keeps_the_moved_embedding_names():
+    """Names that moved to flakekit.embed still import from flakekit.plugin, unadvertised."""
+    import flakekit.embed
+    import flakekit.plugin
+
+    for name in flakekit.embed.__all__:
+        assert getattr(flakekit.plugin, name) is getattr(flakekit.embed, name), name
+        assert name not in flakekit.plugin.__all__, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = flakekit.plugin.nope
 
 
 def test_every_folder_says_what_it_holds():

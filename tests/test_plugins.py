@@ -155,6 +155,19 @@ class TestRegistration:
         host.unregister("undo-tiny")
         assert "tiny" not in host.layouts
 
+    def test_registers_writes_a_registration_hook_as_a_line(self, host):
+        """`flakekit_register_X = registers(...)` in a module registers like the hook def."""
+        from flakekit.plugin import registers
+
+        tiny = BitLayout(name="tiny-line", fields=[["time", 41], ["worker", 10],
+                                                   ["sequence", 12]])
+        plugin = types.ModuleType("tiny_line_plugin")
+        plugin.flakekit_register_layouts = registers("tiny-line", tiny, description="one line")
+        host.register(plugin, name="undo-tiny-line")
+        assert host.layout("tiny-line") is tiny
+        assert host.layouts.get("tiny-line").description == "one line"
+        host.unregister("undo-tiny-line")
+
     def test_duplicate_name_names_both_plugins(self, host):
         """Registering a built-in layout name again fails naming both plugins."""
         with pytest.raises(DuplicateRegistrationError) as info:

@@ -21,20 +21,18 @@ See ``docs/choosing-allocators.md``, ``docs/cluster.md`` and this plugin's READM
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 from attrs.validators import instance_of, optional
 
-from flakekit import hookimpl
 from flakekit.plugin import (
-    AllocatorFactory,
     ConfigError,
     Duration,
     FieldError,
-    MembershipFactory,
-    Register,
     duration_field,
+    registers,
+    root_field,
 )
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
@@ -52,11 +50,44 @@ DEFAULT_ROOT = "/flakekit"
 MIN_TTL_NS = 2_000_000_000
 
 
-def _root(value: Any) -> str:
-    if not isinstance(value, str) or not value.startswith("/") or value.endswith("/") \
-            or "//" in value:
-        raise ValueError(f"root must be a key prefix such as '/flakekit', got {value!r}")
-    return value
+def _check_ttl(ttl: int | None, safety_window: int | None) -> None:
+    """The lease TTL etcd keeps as asked (whole seconds, at least 2 s) and a window inside it."""
+    if ttl is not None and ttl < MIN_TTL_NS:
+        raise FieldError("ttl", "'ttl' must be at least 2s (etcd raises a smaller TTL "
+                         "to 1.5 x its election timeout, 2 s by default)")
+    if ttl is not None and ttl % 1_000_000_000:
+        raise FieldError("ttl", f"'ttl' must be whole seconds (etcd counts lease TTLs "
+                         f"in seconds), got {ttl / 1e9:g} s")
+    if ttl is not None and safety_window is not None and safety_window * 2 >= ttl:
+        raise FieldError("safety_window",
+                         "'safety_window' must be less than half the TTL "
+                         f"({ttl / 2e9:g} s); raise ttl or lower the window")
+
+
+def _check_access(endpoints: str | None, username: str | None, password: str | None) -> None:
+    if endpoints is not None:
+        from flakekit_etcd.endpoints import parse_endpoints
+
+        try:
+            parse_endpoints(endpoints)
+        except ValueError as exc:
+            raise FieldError("endpoints", f"'endpoints' {exc}") from None
+    if (username is None) != (password is None):
+        missing = "password" if password is None else "username"
+        raise FieldError(missing, f"'{missing}' must be set too: etcd's auth needs "
+                         "both username and password")
+
+
+def _endpoints(configured: str | None, ctx: BuildContext) -> str:
+    """The endpoints to use: the settings', else ``$ETCD_ENDPOINTS``, else the default."""
+    from flakekit_etcd.endpoints import parse_endpoints
+
+    endpoints = configured or os.environ.get("ETCD_ENDPOINTS") or DEFAULT_ENDPOINTS
+    try:
+        parse_endpoints(endpoints)
+    except ValueError as exc:   # from ETCD_ENDPOINTS
+        raise ConfigError(f"{ctx.path}.endpoints", f"ETCD_ENDPOINTS: {exc}") from None
+    return endpoints
 
 
 @attrs.frozen(kw_only=True)
@@ -85,7 +116,7 @@ class EtcdSettings:
 
     endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     service: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = attrs.field(default=DEFAULT_ROOT, converter=_root)
+    root: str = root_field(DEFAULT_ROOT, example=DEFAULT_ROOT)
     ttl: Duration = duration_field("10s", minimum=1)
     connect_timeout: Duration = duration_field("5s", minimum=1)
     safety_window: Duration = duration_field(  # a fifth of the TTL (2 s for 10 s)
@@ -96,43 +127,19 @@ class EtcdSettings:
     watch: bool = attrs.field(default=True, validator=instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
-        if self.ttl < MIN_TTL_NS:
-            raise FieldError("ttl", "'ttl' must be at least 2s (etcd raises a smaller TTL "
-                             "to 1.5 x its election timeout, 2 s by default)")
-        if self.ttl % 1_000_000_000:
-            raise FieldError("ttl", f"'ttl' must be whole seconds (etcd counts lease TTLs "
-                             f"in seconds), got {self.ttl / 1e9:g} s")
-        if self.safety_window * 2 >= self.ttl:
-            raise FieldError("safety_window",
-                             "'safety_window' must be less than half the TTL "
-                             f"({self.ttl / 2e9:g} s); raise ttl or lower the window")
+        _check_ttl(self.ttl, self.safety_window)
         if self.service is not None and ("/" in self.service or not self.service):
             raise FieldError("service", "'service' must be a non-empty name without '/', "
                              f"got {self.service!r}")
-        if self.endpoints is not None:
-            from flakekit_etcd.endpoints import parse_endpoints
-
-            try:
-                parse_endpoints(self.endpoints)
-            except ValueError as exc:
-                raise FieldError("endpoints", f"'endpoints' {exc}") from None
-        if (self.username is None) != (self.password is None):
-            missing = "password" if self.password is None else "username"
-            raise FieldError(missing, f"'{missing}' must be set too: etcd's auth needs "
-                             "both username and password")
+        _check_access(self.endpoints, self.username, self.password)
 
 
 def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> WorkerAllocator:
     """Factory registered as ``etcd``: an :class:`~flakekit_etcd.lease.EtcdLeaseAllocator`."""
-    from flakekit_etcd.endpoints import parse_endpoints
     from flakekit_etcd.lease import build_lease_allocator
 
     s = settings or EtcdSettings()
-    endpoints = s.endpoints or os.environ.get("ETCD_ENDPOINTS") or DEFAULT_ENDPOINTS
-    try:
-        parse_endpoints(endpoints)
-    except ValueError as exc:   # from ETCD_ENDPOINTS
-        raise ConfigError(f"{ctx.path}.endpoints", f"ETCD_ENDPOINTS: {exc}") from None
+    endpoints = _endpoints(s.endpoints, ctx)
     service = s.service or ctx.generator
     if "/" in service:
         raise ConfigError(f"{ctx.path}.service", f"{service!r} contains '/'; set service = \"...\"")
@@ -161,7 +168,7 @@ class EtcdMembershipSettings:
     """
 
     endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = attrs.field(default=DEFAULT_ROOT, converter=_root)
+    root: str = root_field(DEFAULT_ROOT, example=DEFAULT_ROOT)
     ttl: Duration | None = duration_field(None, minimum=1, optional=True)
     connect_timeout: Duration = duration_field("5s", minimum=1)
     safety_window: Duration | None = duration_field(None, optional=True)
@@ -170,43 +177,17 @@ class EtcdMembershipSettings:
     watch: bool = attrs.field(default=True, validator=instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
-        ttl = self.ttl
-        if ttl is not None and ttl < MIN_TTL_NS:
-            raise FieldError("ttl", "'ttl' must be at least 2s (etcd raises a smaller TTL "
-                             "to 1.5 x its election timeout, 2 s by default)")
-        if ttl is not None and ttl % 1_000_000_000:
-            raise FieldError("ttl", f"'ttl' must be whole seconds (etcd counts lease TTLs "
-                             f"in seconds), got {ttl / 1e9:g} s")
-        if ttl is not None and self.safety_window is not None \
-                and self.safety_window * 2 >= ttl:
-            raise FieldError("safety_window",
-                             "'safety_window' must be less than half the TTL "
-                             f"({ttl / 2e9:g} s); raise ttl or lower the window")
-        if self.endpoints is not None:
-            from flakekit_etcd.endpoints import parse_endpoints
-
-            try:
-                parse_endpoints(self.endpoints)
-            except ValueError as exc:
-                raise FieldError("endpoints", f"'endpoints' {exc}") from None
-        if (self.username is None) != (self.password is None):
-            missing = "password" if self.password is None else "username"
-            raise FieldError(missing, f"'{missing}' must be set too: etcd's auth needs "
-                             "both username and password")
+        _check_ttl(self.ttl, self.safety_window)
+        _check_access(self.endpoints, self.username, self.password)
 
 
 def build_etcd_membership(settings: EtcdMembershipSettings | None,
                           ctx: BuildContext) -> EtcdMembership:
     """Factory registered as membership ``etcd`` (nothing connects until first use)."""
-    from flakekit_etcd.endpoints import parse_endpoints
     from flakekit_etcd.membership import EtcdMembership
 
     s = settings or EtcdMembershipSettings()
-    endpoints = s.endpoints or os.environ.get("ETCD_ENDPOINTS") or DEFAULT_ENDPOINTS
-    try:
-        parse_endpoints(endpoints)
-    except ValueError as exc:   # from ETCD_ENDPOINTS
-        raise ConfigError(f"{ctx.path}.endpoints", f"ETCD_ENDPOINTS: {exc}") from None
+    endpoints = _endpoints(s.endpoints, ctx)
     return EtcdMembership(
         endpoints, ctx.clock, root=s.root,
         ttl_s=None if s.ttl is None else s.ttl // 1_000_000_000,
@@ -214,20 +195,16 @@ def build_etcd_membership(settings: EtcdMembershipSettings | None,
         username=s.username, password=s.password, watch=s.watch)
 
 
-@hookimpl
-def flakekit_register_memberships(register: Register[MembershipFactory]) -> None:
-    register(
-        "etcd", build_etcd_membership, settings=EtcdMembershipSettings,
-        description="cluster members as keys on etcd leases (create_revision == 0, the "
-                    "revision as incarnation) and the view as a key moved by "
-                    "compare-and-set on its mod_revision",
-    )
+flakekit_register_memberships = registers(
+    "etcd", build_etcd_membership, settings=EtcdMembershipSettings,
+    description="cluster members as keys on etcd leases (create_revision == 0, the "
+                "revision as incarnation) and the view as a key moved by "
+                "compare-and-set on its mod_revision",
+)
 
 
-@hookimpl
-def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
-    register(
-        "etcd", build_etcd_allocator, settings=EtcdSettings,
-        description="worker ids leased from etcd: one lease per process, claims by "
-                    "create_revision == 0, the claim's revision as the epoch, quarantine",
-    )
+flakekit_register_allocators = registers(
+    "etcd", build_etcd_allocator, settings=EtcdSettings,
+    description="worker ids leased from etcd: one lease per process, claims by "
+                "create_revision == 0, the claim's revision as the epoch, quarantine",
+)

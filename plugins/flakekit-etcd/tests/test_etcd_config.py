@@ -32,7 +32,10 @@ from flakekit.testing.services import read_env
     ({"service": "a/b"}, "service"),
     ({"endpoints": "127.0.0.1:notaport"}, "endpoints"),
     ({"username": "root"}, "password"),
-], ids=["ttl-floor", "ttl-whole", "safety", "service", "endpoints", "auth-pair"])
+    ({"root": "flakekit/"}, "root"),
+    ({"root": "/a//b"}, "root"),
+], ids=["ttl-floor", "ttl-whole", "safety", "service", "endpoints", "auth-pair", "root-relative",
+        "root-double-slash"])
 def test_settings_checks_raise_field_error(table, field):
     with pytest.raises(FieldError) as info:
         EtcdSettings(**table)

@@ -26,15 +26,7 @@ import attrs
 from attrs.validators import in_, instance_of, optional
 
 from flakekit import hookimpl
-from flakekit.plugin import (
-    AllocatorFactory,
-    ConfigError,
-    Duration,
-    FieldError,
-    Register,
-    SegmentStoreFactory,
-    duration_field,
-)
+from flakekit.plugin import ConfigError, Duration, FieldError, duration_field, registers
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
     import click
@@ -192,23 +184,19 @@ def build_redis_store(settings: RedisStoreSettings | None, ctx: BuildContext) ->
     return RedisSegmentStore(guard_of(s, ctx), create_step=s.step, start=s.start)
 
 
-@hookimpl
-def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
-    register(
-        "redis", build_redis_allocator, settings=RedisSettings,
-        description="worker ids leased from Redis: sessions as keys with PX, claims and "
-                    "renewals fenced by Lua, an INCR revision as the epoch; refuses a "
-                    "Redis that lost its data",
-    )
+flakekit_register_allocators = registers(
+    "redis", build_redis_allocator, settings=RedisSettings,
+    description="worker ids leased from Redis: sessions as keys with PX, claims and "
+                "renewals fenced by Lua, an INCR revision as the epoch; refuses a "
+                "Redis that lost its data",
+)
 
 
-@hookimpl
-def flakekit_register_segment_stores(register: Register[SegmentStoreFactory]) -> None:
-    register(
-        "redis", build_redis_store, settings=RedisStoreSettings,
-        description="Leaf's step semantics in Redis (HINCRBY by Lua, give-back fenced); "
-                    "refuses a Redis that lost its data",
-    )
+flakekit_register_segment_stores = registers(
+    "redis", build_redis_store, settings=RedisStoreSettings,
+    description="Leaf's step semantics in Redis (HINCRBY by Lua, give-back fenced); "
+                "refuses a Redis that lost its data",
+)
 
 
 @hookimpl

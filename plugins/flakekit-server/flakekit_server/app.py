@@ -27,6 +27,7 @@ from urllib.parse import unquote, unquote_plus
 
 import attrs
 
+from flakekit.embed import pool_durability
 from flakekit.plugin import (
     ENCODINGS,
     KEY_RE,
@@ -50,7 +51,6 @@ from flakekit.plugin import (
     TimeOverflowError,
     UnknownKeyError,
     iso_utc,
-    pool_durability,
     suggest,
 )
 from flakekit_server.auth import Tokens
@@ -319,7 +319,7 @@ class IdService:
     def _key_services(self) -> dict[str, Any]:
         """A started :class:`~flakekit.generators.segment_service.SegmentService` per segment generator
         whose store says ``keys = "all"`` (one per table), keyed by generator name."""
-        from flakekit.plugin import SegmentService, SqlStoreOptions
+        from flakekit.embed import SegmentService, SqlStoreOptions
 
         out: dict[str, Any] = {}
         tables: set[str] = set()
@@ -678,7 +678,7 @@ class IdService:
         return Pending("next", run)
 
     def _layout_for(self, params: Mapping[str, str]) -> Any:
-        from flakekit.plugin import get_host, resolve_layout
+        from flakekit.embed import get_host, resolve_layout
 
         if "generator" in params and "layout" in params:
             raise HttpError(400, "bad_request", "give generator or layout, not both")
@@ -717,7 +717,7 @@ class IdService:
         return 200, JSON, json.dumps(body).encode(), b"", "decode"
 
     def _leaf_decode(self, query: bytes, auth: bytes | None) -> Response:
-        from flakekit.plugin import get_host
+        from flakekit.embed import get_host
 
         params = _params(query, {"snowflakeId": ""}, lenient=True)
         raw = params.get("snowflakeId")
@@ -765,7 +765,7 @@ class IdService:
     def _render_db(self) -> bytes:
         from html import escape
 
-        from flakekit.plugin import SqlSegmentStore, segments_report, store_targets
+        from flakekit.embed import SqlSegmentStore, segments_report, store_targets
 
         parts = ["<!doctype html><meta charset=utf-8><title>flakekit: segment tables</title>"
                  "<style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:left}"

@@ -96,7 +96,7 @@ def serve_command(
 ) -> None:
     """Serve IDs over HTTP: Leaf's /api/segment/get/KEY and /api/snowflake/get/KEY, a JSON
     API with batches, /metrics, /health, /ready and a monitor page at /."""
-    from flakekit.plugin import load_config
+    from flakekit.embed import load_config
     from flakekit_server.app import ServerOptions
     from flakekit_server.auth import load_tokens
     from flakekit_server.runner import serve
@@ -118,7 +118,7 @@ def serve_command(
         node=node, advertise=advertise,
     )
     # check everything that can be checked before any process starts or lease is taken
-    from flakekit.plugin import build_kit, get_host
+    from flakekit.embed import build_kit, get_host
 
     kit = build_kit(config, get_host(), as_member=False)
     kit.pool.dispose()

@@ -48,7 +48,7 @@ class ServeError(FlakekitError):
 
 def check_config(config: Any, options: ServerOptions) -> None:
     """Refuse what cannot be served safely, before any process starts."""
-    from flakekit.plugin import build_kit, get_host
+    from flakekit.embed import build_kit, get_host
 
     # built, not started: nothing is leased or fetched; this node's cluster identity is
     # resolved with the flags (--node/--advertise > $FLAKEKIT_NODE/$FLAKEKIT_ADVERTISE > file)
@@ -127,7 +127,7 @@ def _identity(port: int, process: int) -> Any:
     of burning a new worker id on every restart."""
     import attrs
 
-    from flakekit.plugin import default_identity
+    from flakekit.embed import default_identity
 
     me = default_identity()
     return attrs.evolve(me, port=me.port or port, instance=process)
@@ -138,7 +138,7 @@ def run_worker(
     run_dir: str | None = None, on_ready: Callable[[IdService], None] | None = None,
 ) -> int:
     """Build and start the kit, serve on ``sock`` until SIGTERM/SIGINT, then clean up."""
-    from flakekit.plugin import build_kit, get_host
+    from flakekit.embed import build_kit, get_host
     from flakekit_server.http import HttpProtocol, ServerState, sweeper
 
     # background threads (lease renewal, segment fetches) hand the GIL back within 1 ms
@@ -333,7 +333,7 @@ class Supervisor:
                 status = run_worker(self.config, self.options, sock, process=index,
                                     run_dir=self.run_dir, on_ready=ready)
             except BaseException as exc:  # report to the parent, then exit
-                from flakekit.plugin import USAGE_ERRORS
+                from flakekit.embed import USAGE_ERRORS
 
                 usage = isinstance(exc, USAGE_ERRORS)
                 message = (str(exc) if isinstance(exc, FlakekitError)

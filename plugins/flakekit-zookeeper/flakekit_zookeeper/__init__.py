@@ -21,20 +21,18 @@ See ``docs/choosing-allocators.md`` and this plugin's README.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 from attrs.validators import ge, in_, instance_of, le, optional
 
-from flakekit import hookimpl
 from flakekit.plugin import (
-    AllocatorFactory,
     ConfigError,
     Duration,
     FieldError,
-    MembershipFactory,
-    Register,
     duration_field,
+    registers,
+    root_field,
 )
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
@@ -57,15 +55,6 @@ DEFAULT_ROOTS = {"leaf": "/snowflake", "lease": "/flakekit"}
 PORT_0 = ("leaf mode keys the worker id by ip:port, and the port is 0 (none given, or "
           "`flakekit serve --port 0`, which would take a new worker id on every start): "
           "set FLAKEKIT_PORT=N or port = N")
-
-
-def _root(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.startswith("/") or value.endswith("/") \
-            or "//" in value:
-        raise ValueError(f"root must be a znode path such as '/snowflake', got {value!r}")
-    return value
 
 
 @attrs.frozen(kw_only=True)
@@ -103,7 +92,7 @@ class ZooKeeperSettings:
     hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     mode: str = attrs.field(default="lease", validator=in_(("leaf", "lease")))
     name: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str | None = attrs.field(default=None, converter=_root)
+    root: str | None = root_field(None, example="/snowflake", what="a znode path")
     session_timeout: Duration = duration_field("10s", minimum=1)
     connect_timeout: Duration = duration_field("5s", minimum=1)
     safety_window: Duration = duration_field(  # a fifth of the session (2 s for 10 s)
@@ -225,8 +214,7 @@ class ZooKeeperMembershipSettings:
     """
 
     hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = attrs.field(default="/flakekit",
-                            converter=_root)  # type: ignore[assignment]  # converted
+    root: str = root_field("/flakekit", example="/flakekit", what="a znode path")
     session_timeout: Duration | None = duration_field(None, minimum=1, optional=True)
     connect_timeout: Duration = duration_field("5s", minimum=1)
     safety_window: Duration | None = duration_field(None, optional=True)
@@ -235,8 +223,6 @@ class ZooKeeperMembershipSettings:
         if self.hosts is not None and not self.hosts.strip():
             raise FieldError("hosts", "'hosts' must name the ensemble, such as "
                              "'zk1:2181,zk2:2181', got ''")
-        if self.root is None:
-            raise FieldError("root", "'root' must be a znode path such as '/flakekit'")
         session = self.session_timeout
         if session is not None and session < 1_000_000_000:
             raise FieldError("session_timeout", "'session_timeout' must be at least 1s "
@@ -263,19 +249,15 @@ def build_zookeeper_membership(settings: ZooKeeperMembershipSettings | None,
         connect_timeout_s=s.connect_timeout / 1e9, safety_window_ns=s.safety_window)
 
 
-@hookimpl
-def flakekit_register_memberships(register: Register[MembershipFactory]) -> None:
-    register(
-        "zookeeper", build_zookeeper_membership, settings=ZooKeeperMembershipSettings,
-        description="cluster members as ephemeral znodes (the session is the lease) and "
-                    "the view as a versioned znode",
-    )
+flakekit_register_memberships = registers(
+    "zookeeper", build_zookeeper_membership, settings=ZooKeeperMembershipSettings,
+    description="cluster members as ephemeral znodes (the session is the lease) and "
+                "the view as a versioned znode",
+)
 
 
-@hookimpl
-def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
-    register(
-        "zookeeper", build_zookeeper_allocator, settings=ZooKeeperSettings,
-        description="worker ids from ZooKeeper: Leaf-compatible (mode = \"leaf\") or "
-                    "session leases with quarantine (mode = \"lease\")",
-    )
+flakekit_register_allocators = registers(
+    "zookeeper", build_zookeeper_allocator, settings=ZooKeeperSettings,
+    description="worker ids from ZooKeeper: Leaf-compatible (mode = \"leaf\") or "
+                "session leases with quarantine (mode = \"lease\")",
+)

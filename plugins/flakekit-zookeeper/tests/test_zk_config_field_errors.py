@@ -14,9 +14,17 @@ from flakekit.plugin import FieldError
     ({"session_timeout": "0.5s"}, "session_timeout"),
     ({"name": "a/b"}, "name"),
     ({"ip": "not-an-ip"}, "ip"),
-], ids=["safety", "session-floor", "name", "ip"])
+    ({"root": "/snowflake/"}, "root"),
+], ids=["safety", "session-floor", "name", "ip", "root"])
 def test_config_checks_raise_field_error(table, field):
     with pytest.raises(FieldError) as info:
         ZooKeeperSettings(**table)
     assert info.value.field == field
     assert info.value.message.startswith(f"'{field}' must")  # the text users saw before
+
+
+def test_membership_root_must_be_a_path():
+    from flakekit_zookeeper import ZooKeeperMembershipSettings
+
+    with pytest.raises(FieldError, match="'root' must be a znode path such as '/flakekit'"):
+        ZooKeeperMembershipSettings(root=None)
