@@ -27,6 +27,7 @@ import httptools
 
 from flakekit_server.app import JSON, IdService, Pending, error_body, from_exception
 from flakekit_server.cluster import Hints
+from flakekit_server.metrics import FIRST_BUCKET_NS, bucket
 
 __all__ = ["HttpProtocol", "STATUS_LINES"]
 
@@ -259,11 +260,13 @@ class HttpProtocol(asyncio.Protocol):
                       and not self.service.stopping)
         self.waiting = IDLE
         self.deadline = _monotonic() + self.server.options.idle_timeout
-        request = (parser.get_method(), self._url, self._auth, keep_alive, self._t0, self._hints)
         if self.paused or self._queue or self.busy:
-            self._queue.append(request)   # answered once the client reads what it was sent
+            # answered once the client reads what it was sent
+            self._queue.append((parser.get_method(), self._url, self._auth, keep_alive,
+                                self._t0, self._hints))
         else:
-            self._run(*request)
+            self._run(parser.get_method(), self._url, self._auth, keep_alive, self._t0,
+                      self._hints)
 
     def _run(self, method: bytes, url: bytes, auth: bytes | None, keep_alive: bool, t0: int,
              hints: Hints | None = None) -> None:
@@ -272,29 +275,39 @@ class HttpProtocol(asyncio.Protocol):
         service = self.service
         fast = service.fast.get(url)
         if fast is not None and method == b"GET" and hints is None:
+            # the hot path: an open generator's Leaf URL (IdService.fast); what it costs
+            # per request is docs/server.md's "Speed"
+            draw, route, hist = fast[1], fast[2], fast[3]
             try:
-                body = b"%d" % fast[1]()
+                value = draw()
             except BaseException as exc:  # noqa: BLE001
                 err = from_exception(exc)
                 self._send(err.status, JSON, error_body(err.status, err.code, err.message),
                            err.headers, keep_alive)
-                route, status = "leaf_" + service.strategy[fast[0]], err.status
-            else:
-                self.transport.write(b"%s%d\r\n%s\r\n%s" % (
-                    _OK_TEXT, len(body), b"" if keep_alive else _CLOSE, body))
-                if not keep_alive:
-                    self._close_after_write()
-                route, status = "leaf_" + service.strategy[fast[0]], 200
-        else:
-            answer = service.handle(method, url, auth, hints)
-            if isinstance(answer, Pending):
-                self._defer(answer, method, keep_alive, t0)
+                service.stats.observe(route, err.status, _perf() - t0)
                 return
-            status, ctype, body, headers, route = answer
-            if method == b"HEAD":
-                self._send_head(status, ctype, len(body), headers, keep_alive)
-            else:
-                self._send(status, ctype, body, headers, keep_alive)
+            if value is None:   # a segment key whose buffers are empty: never wait here
+                self._defer(service.draw_later(fast[0], route), method, keep_alive, t0)
+                return
+            body = b"%d" % value
+            self.transport.write(b"%s%d\r\n%s\r\n%s" % (
+                _OK_TEXT, len(body), b"" if keep_alive else _CLOSE, body))
+            if not keep_alive:
+                self._close_after_write()
+            elapsed = _perf() - t0
+            hist[0 if elapsed < FIRST_BUCKET_NS else bucket(elapsed)] += 1
+            hist[-2] += elapsed
+            hist[-1] += 1
+            return
+        answer = service.handle(method, url, auth, hints)
+        if isinstance(answer, Pending):
+            self._defer(answer, method, keep_alive, t0)
+            return
+        status, ctype, body, headers, route = answer
+        if method == b"HEAD":
+            self._send_head(status, ctype, len(body), headers, keep_alive)
+        else:
+            self._send(status, ctype, body, headers, keep_alive)
         service.stats.observe(route, status, _perf() - t0)
 
     def _defer(self, pending: Pending, method: bytes, keep_alive: bool, t0: int) -> None:
