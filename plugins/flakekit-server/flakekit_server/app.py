@@ -353,6 +353,20 @@ class IdService:
             self._add_fast(b"/api/segment/get/" + key.encode(), name)
         for name in self.snowflakes:
             self._add_fast(b"/api/snowflake/get/" + name.encode(), name)
+        # cluster mode: the Leaf URLs of strict keys -> (the cluster key, the node's
+        # try_next_id, the URL's histogram of 200 answers). The transport serves an owned
+        # key whose IDs are in memory on the loop; anything else goes through handle()
+        self.strict_fast: dict[bytes, tuple[str, Callable[[str], tuple[int, int] | None],
+                                            list[int]]] = {}
+        try_next = getattr(cluster, "try_next_id", None)
+        for url_key, name in self.segment_keys.items():
+            if (try_next is None or name not in self.strict
+                    or self.options.tokens.protected(name) or not KEY_RE.fullmatch(url_key)):
+                continue
+            url = b"/api/segment/get/" + url_key.encode()
+            hist = self.stats.ok_histogram(url, "leaf_segment")
+            self._fast_counts.setdefault(name, []).append(hist)
+            self.strict_fast[url] = (self.strict[name], try_next, hist)
         self.routes: dict[str, Callable[[bytes, bytes | None], Response | Pending]] = {
             "/": self._monitor,
             "/health": self._health,
@@ -727,10 +741,22 @@ class IdService:
         return error
 
     def _strict_leaf(self, key: str, name: str | None, ctx: tuple[Any, ...],
-                     auth: bytes | None) -> Pending:
+                     auth: bytes | None) -> Response | Pending:
         assert self.cluster is not None
         cluster = self.cluster
         node = cluster.node
+        # an owned key whose IDs are in memory: on the loop (every check made after the
+        # draw, as in a thread); a moving key, a refill or a refusal: off it, below
+        got = node.try_next_id(key) if hasattr(node, "try_next_id") else None
+        if got is not None:
+            if name is not None:
+                self.issued[name] += 1
+            return 200, TEXT, b"%d" % got[0], epoch_header(got[1]), "leaf_segment"
+        elsewhere = cluster.owned_elsewhere(key)
+        if elsewhere is not None:   # forwarded (or 421/503) on the loop, no thread
+            return Pending("leaf_segment", lambda: cluster.refuse(
+                elsewhere, ctx[0], ctx[1], auth, ctx[2], "leaf_segment",
+                self._error("leaf_segment")))
         served: list[bool] = []
 
         def work() -> Response:
@@ -748,11 +774,26 @@ class IdService:
         return Pending("leaf_segment", run)
 
     def _strict_next(self, name: str, count: int, fmt: str, ctx: tuple[Any, ...],
-                     auth: bytes | None) -> Pending:
+                     auth: bytes | None) -> Response | Pending:
         assert self.cluster is not None
         cluster = self.cluster
         node = cluster.node
         key = self.strict[name]
+        if count < self.options.offload_count and hasattr(node, "try_next_ids"):
+            # on the loop, as _strict_leaf (a large batch is drawn and encoded in a thread)
+            if count == 1 and fmt != "ranges":
+                one = node.try_next_id(key)
+                got: Any = None if one is None else ((one[0],), None, one[1])
+            else:
+                many = node.try_next_ids(key, count)
+                got = None if many is None else (many[0], many[0].ranges, many[1])
+            if got is not None:
+                self.issued[name] += count
+                return self._format(name, count, fmt, got[0], got[1], epoch_header(got[2]))
+            elsewhere = cluster.owned_elsewhere(key)
+            if elsewhere is not None:
+                return Pending("next", lambda: cluster.refuse(
+                    elsewhere, ctx[0], ctx[1], auth, ctx[2], "next", self._error("next")))
         served: list[bool] = []
 
         def work() -> Response:

@@ -1,9 +1,12 @@
 """Cluster mode over HTTP: strict keys served through the node's ``ClusterNode``.
 
-A strict key has one owner in the view. On the owner the request is served (in a worker
-thread: a key that is moving may hold the request up to ``handoff_wait``, and the event
-loop must keep serving every other key meanwhile); every ID answer carries
-``X-Flakekit-Owner-Epoch``. On another node:
+A strict key has one owner in the view. On the owner the request is served on the event
+loop when the key's IDs are in memory and every check passes (``ClusterNode.try_next_id``:
+the member deadline, the view epoch and the claim, after the draw); otherwise (a refill, a
+key that is moving: it may hold the request up to ``handoff_wait``) in a worker thread, so
+the event loop keeps serving every other key meanwhile. Every ID answer carries
+``X-Flakekit-Owner-Epoch``. On another node (known from the applied view on the loop,
+``ClusterNode.other_owner``, or from the runtime's refusal):
 
 * a request with ``X-Flakekit-View-Epoch`` (a flakekit client that routes by itself)
   gets **421** ``{owner, advertise, epoch}``: it updates its view and retries there;
@@ -148,6 +151,25 @@ class ClusterHttp:
         except ClusterUnavailableError as exc:
             self.refused["cluster_unavailable"] += 1
             return error(503, "cluster_unavailable", str(exc), _retry_after(exc.retry_after))
+
+    def owned_elsewhere(self, key: str) -> NotOwnerError | None:
+        """Another node owns ``key`` in the applied view (``ClusterNode.other_owner``, no
+        lock, no wait): the refusal :meth:`serve` would get from the runtime, so the
+        request is forwarded (or answered 421/503) on the event loop, without a thread."""
+        other = getattr(self.node, "other_owner", None)
+        got = other(key) if other is not None else None
+        if got is None:
+            return None
+        owner, epoch = got
+        return NotOwnerError(f"strict key {key!r} is owned by node {owner.node!r} in view "
+                             f"epoch {epoch}", owner=owner, epoch=epoch)
+
+    async def refuse(self, exc: NotOwnerError, method: bytes, url: bytes,
+                     authorization: bytes | None, hints: Hints | None, route: str,
+                     error: Callable[..., Any]) -> Any:
+        """A request for a key another node owns: forwarded once, 421 or 503 (as
+        :meth:`serve` answers a ``NotOwnerError``)."""
+        return await self._not_owner(exc, method, url, authorization, hints, route, error)
 
     async def _not_owner(self, exc: NotOwnerError, method: bytes, url: bytes,
                          authorization: bytes | None, hints: Hints | None, route: str,

@@ -6,16 +6,21 @@ with ``X-Flakekit-Forwarded-By: <this node>`` and relays the owner's answer unch
 never forwards a request that carries the header again (it answers 503), so a request
 makes at most one hop whatever the two nodes' views say.
 
-The client is a minimal HTTP/1.1 client over asyncio streams: peers are flakekit servers,
-which always answer with ``Content-Length``. Connections are kept alive per peer (a
-small idle pool), so a forward costs one round trip on loopback or the LAN.
+The client is a minimal HTTP/1.1 client: an asyncio protocol per connection with
+httptools' response parser (the server's own parser), no stream objects and no extra task
+per request. Peers are flakekit servers, which always answer with ``Content-Length``.
+Connections are kept alive per peer (an idle pool as large as the concurrency has been,
+up to ``IDLE_PER_PEER``), so a forward costs one write and one read on a warm connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Any
 from urllib.parse import urlsplit
+
+import httptools
 
 __all__ = ["FORWARDED_BY", "OWNER_EPOCH", "VIEW_EPOCH", "ForwardError", "Forwarder", "Relayed"]
 
@@ -25,8 +30,11 @@ OWNER_EPOCH = b"X-Flakekit-Owner-Epoch"
 #: headers of the owner's answer the relay does not copy (this hop's own framing)
 _HOP = frozenset({b"content-length", b"content-type", b"connection", b"keep-alive",
                   b"transfer-encoding"})
-#: idle keep-alive connections kept per peer
-IDLE_PER_PEER = 8
+#: idle keep-alive connections kept per peer (one per request in flight: below the
+#: concurrency, a connection would be opened and closed per request)
+IDLE_PER_PEER = 256
+#: the owner's answer: at most this many bytes of headers
+MAX_HEAD = 65536
 
 Relayed = tuple[int, bytes, bytes, bytes]   # status, content type, body, raw header lines
 
@@ -45,7 +53,79 @@ class _Peer:
         self.host = parts.hostname
         self.port = parts.port or 80
         self.prefix = parts.path.rstrip("/").encode()
-        self.idle: deque[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = deque()
+        self.idle: deque[_Connection] = deque()
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection to a peer: one request at a time, its answer parsed by
+    httptools into :attr:`waiter`."""
+
+    __slots__ = ("_body", "_ctype", "_head_bytes", "_headers", "closed", "got_bytes", "parser",
+                 "transport", "waiter")
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: Any = None
+        self.waiter: asyncio.Future[tuple[int, bytes, bytes, bytes, bool]] | None = None
+        self.closed = False
+        self.got_bytes = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._ctype = b"application/octet-stream"
+        self._headers: list[bytes] = []
+        self._body: list[bytes] = []
+        self._head_bytes = 0
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closed = True
+        self._fail(ForwardError("the owner's answer ended early") if self.got_bytes else _Stale())
+
+    def data_received(self, data: bytes) -> None:
+        self.got_bytes = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__ or exc.__cause__
+            self._fail(cause if isinstance(cause, ForwardError)
+                       else ForwardError(f"the owner's answer is malformed: {exc}"))
+            self.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD:
+            raise ForwardError("the owner's answer headers are too large")
+        low = name.lower()
+        if low == b"content-type":
+            self._ctype = value
+        elif low not in _HOP:
+            self._headers.append(name + b": " + value + b"\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        parser = self.parser
+        answer = (parser.get_status_code(), self._ctype, b"".join(self._body),
+                  b"".join(self._headers), parser.should_keep_alive())
+        self._reset()
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(answer)
 
 
 class Forwarder:
@@ -55,6 +135,7 @@ class Forwarder:
         self.node = node.encode()
         self.timeout = timeout
         self._peers: dict[str, _Peer] = {}
+        self.opened = 0   # connections opened (a test checks that they are reused)
 
     def _peer(self, advertise: str) -> _Peer:
         peer = self._peers.get(advertise)
@@ -66,8 +147,8 @@ class Forwarder:
                       authorization: bytes | None) -> Relayed:
         """``method url`` at the peer ``advertise``; raises :class:`ForwardError`."""
         try:
-            return await asyncio.wait_for(self._forward(advertise, method, url, authorization),
-                                          self.timeout)
+            async with asyncio.timeout(self.timeout):
+                return await self._forward(advertise, method, url, authorization)
         except TimeoutError:
             raise ForwardError(f"the owner at {advertise} did not answer within "
                                f"{self.timeout:g} s") from None
@@ -86,84 +167,48 @@ class Forwarder:
             head += b"Content-Length: 0\r\n"
         request = head + b"\r\n"
         while peer.idle:   # a kept-alive connection; the peer may have closed it meanwhile
-            reader, writer = peer.idle.popleft()
-            if writer.is_closing() or reader.at_eof():
-                writer.close()
+            conn = peer.idle.pop()   # the most recently used: the least likely to be closed
+            if conn.closed:
                 continue
             try:
-                return await self._exchange(peer, reader, writer, request)
+                return await self._exchange(peer, conn, request)
             except _Stale:
                 continue   # closed before answering a byte: nothing was served, try anew
         try:
-            reader, writer = await asyncio.open_connection(peer.host, peer.port)
+            _, conn = await asyncio.get_running_loop().create_connection(
+                _Connection, peer.host, peer.port)
         except OSError as exc:
             raise ForwardError(f"cannot reach the owner at {advertise}: "
                                f"{exc.strerror or exc}") from None
+        self.opened += 1
         try:
-            return await self._exchange(peer, reader, writer, request)
+            return await self._exchange(peer, conn, request)
         except _Stale:
             raise ForwardError(f"the owner at {advertise} closed the connection "
                                "without answering") from None
 
-    async def _exchange(self, peer: _Peer, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter, request: bytes) -> Relayed:
-        reuse = False
+    @staticmethod
+    async def _exchange(peer: _Peer, conn: _Connection, request: bytes) -> Relayed:
+        waiter = conn.waiter = asyncio.get_running_loop().create_future()
+        conn.got_bytes = False
+        done = False
         try:
-            writer.write(request)
-            await writer.drain()
-            try:
-                raw = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as exc:
-                if not exc.partial:
-                    raise _Stale from None
-                raise ForwardError("the owner's answer ended early") from None
-            except asyncio.LimitOverrunError:
-                raise ForwardError("the owner's answer headers are too large") from None
-            status, ctype, length, headers, keep = _parse_head(raw)
-            body = await reader.readexactly(length) if length else b""
-            reuse = keep
-            return status, ctype, body, headers
-        except (ConnectionError, asyncio.IncompleteReadError) as exc:
-            if isinstance(exc, ConnectionResetError | BrokenPipeError):
-                raise _Stale from None
-            raise ForwardError(f"the owner's connection failed: {exc}") from None
+            conn.transport.write(request)
+            status, ctype, body, headers, keep = await waiter
+            done = True
         finally:
-            if reuse and len(peer.idle) < IDLE_PER_PEER:
-                peer.idle.append((reader, writer))
-            else:
-                writer.close()
+            conn.waiter = None
+            if done and keep and not conn.closed and len(peer.idle) < IDLE_PER_PEER:
+                peer.idle.append(conn)
+            else:   # an error, a time-out (cancelled), or the owner closes it
+                conn.close()
+        return status, ctype, body, headers
 
     def close(self) -> None:
         for peer in self._peers.values():
             while peer.idle:
-                peer.idle.popleft()[1].close()
+                peer.idle.popleft().close()
 
 
 class _Stale(Exception):
     """A kept-alive connection closed before any byte of the answer."""
-
-
-def _parse_head(raw: bytes) -> tuple[int, bytes, int, bytes, bool]:
-    lines = raw[:-4].split(b"\r\n")
-    try:
-        version, code, _ = (lines[0] + b" ").split(b" ", 2)
-        status = int(code)
-    except ValueError:
-        raise ForwardError(f"the owner answered a malformed status line {lines[0][:60]!r}") from None
-    ctype = b"application/octet-stream"
-    length = 0
-    keep = version == b"HTTP/1.1"
-    out = []
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        low = name.strip().lower()
-        value = value.strip()
-        if low == b"content-length":
-            length = int(value)
-        elif low == b"content-type":
-            ctype = value
-        elif low == b"connection":
-            keep = value.lower() != b"close"
-        if low not in _HOP:
-            out.append(name.strip() + b": " + value + b"\r\n")
-    return status, ctype, length, b"".join(out), keep

@@ -27,6 +27,7 @@ import httptools
 
 from flakekit_server.app import JSON, IdService, Pending, error_body, from_exception
 from flakekit_server.cluster import Hints
+from flakekit_server.forward import OWNER_EPOCH
 from flakekit_server.metrics import FIRST_BUCKET_NS, bucket
 
 __all__ = ["HttpProtocol", "STATUS_LINES"]
@@ -299,6 +300,25 @@ class HttpProtocol(asyncio.Protocol):
             hist[-2] += elapsed
             hist[-1] += 1
             return
+        strict = service.strict_fast.get(url) if service.strict_fast else None
+        if strict is not None and method == b"GET" and (hints is None or hints.view_epoch is None):
+            # cluster mode: a strict key this node owns, its IDs in memory (every check of
+            # ClusterNode.next_id made after the draw); else handle() forwards, refuses or
+            # waits for the hand-off in a thread
+            got = strict[1](strict[0])
+            if got is not None:
+                body = b"%d" % got[0]
+                self.transport.write(b"%s%d\r\n%s: %d\r\n%s\r\n%s" % (
+                    _OK_TEXT, len(body), OWNER_EPOCH, got[1], b"" if keep_alive else _CLOSE,
+                    body))
+                if not keep_alive:
+                    self._close_after_write()
+                hist = strict[2]
+                elapsed = _perf() - t0
+                hist[0 if elapsed < FIRST_BUCKET_NS else bucket(elapsed)] += 1
+                hist[-2] += elapsed
+                hist[-1] += 1
+                return
         answer = service.handle(method, url, auth, hints)
         if isinstance(answer, Pending):
             self._defer(answer, method, keep_alive, t0)
@@ -314,7 +334,8 @@ class HttpProtocol(asyncio.Protocol):
         """Answer once ``pending`` is done; the connection reads and answers nothing else
         meanwhile (pipelined answers stay in order)."""
         self.busy = True
-        self._stop_reading()
+        # reading goes on (no pause/resume: two epoll calls per answer): what comes
+        # meanwhile is buffered, and reading stops then (data_received -> _pump)
         task = asyncio.get_running_loop().create_task(pending.result())
         self._task = task
 
