@@ -194,13 +194,17 @@ def error_body(status: int, code: str, message: str) -> bytes:
 
 class Pending:
     """An answer made off the event loop (a large batch, a strict key, a forward): the
-    transport awaits :meth:`result` and answers the connection's next request after it."""
+    transport awaits :meth:`result` and answers the connection's next request after it.
+    With ``start`` (a forward), the transport calls ``start(reply)`` instead: ``reply``
+    gets the answer, on the loop, with no task in between."""
 
-    __slots__ = ("_make", "route")
+    __slots__ = ("_make", "route", "start")
 
-    def __init__(self, route: str, make: Callable[[], Awaitable[Response]]) -> None:
+    def __init__(self, route: str, make: Callable[[], Awaitable[Response]],
+                 start: Callable[[Callable[[Response], None]], None] | None = None) -> None:
         self.route = route
         self._make = make
+        self.start = start
 
     async def result(self) -> Response:
         """The answer; never raises (a failure is an error answer, as :meth:`IdService.handle`)."""
@@ -740,6 +744,23 @@ class IdService:
             return status, JSON, error_body(status, code, message), headers, route
         return error
 
+    def _refusal(self, exc: NotOwnerError, ctx: tuple[Any, ...], auth: bytes | None,
+                 route: str) -> Pending:
+        """Another node owns the key: forwarded (or 421/503) by ``ClusterHttp.refuse``,
+        whose callback answers (``Pending.start``; ``result()`` for other callers)."""
+        assert self.cluster is not None
+        cluster, error = self.cluster, self._error(route)
+
+        def start(reply: Callable[[Response], None]) -> None:
+            cluster.refuse(exc, ctx[0], ctx[1], auth, ctx[2], route, error, reply)
+
+        async def run() -> Response:
+            future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+            start(lambda answer: None if future.done() else future.set_result(answer))
+            return await future
+
+        return Pending(route, run, start)
+
     def _strict_leaf(self, key: str, name: str | None, ctx: tuple[Any, ...],
                      auth: bytes | None) -> Response | Pending:
         assert self.cluster is not None
@@ -754,9 +775,7 @@ class IdService:
             return 200, TEXT, b"%d" % got[0], epoch_header(got[1]), "leaf_segment"
         elsewhere = cluster.owned_elsewhere(key)
         if elsewhere is not None:   # forwarded (or 421/503) on the loop, no thread
-            return Pending("leaf_segment", lambda: cluster.refuse(
-                elsewhere, ctx[0], ctx[1], auth, ctx[2], "leaf_segment",
-                self._error("leaf_segment")))
+            return self._refusal(elsewhere, ctx, auth, "leaf_segment")
         served: list[bool] = []
 
         def work() -> Response:
@@ -792,8 +811,7 @@ class IdService:
                 return self._format(name, count, fmt, got[0], got[1], epoch_header(got[2]))
             elsewhere = cluster.owned_elsewhere(key)
             if elsewhere is not None:
-                return Pending("next", lambda: cluster.refuse(
-                    elsewhere, ctx[0], ctx[1], auth, ctx[2], "next", self._error("next")))
+                return self._refusal(elsewhere, ctx, auth, "next")
         served: list[bool] = []
 
         def work() -> Response:

@@ -164,25 +164,22 @@ class ClusterHttp:
         return NotOwnerError(f"strict key {key!r} is owned by node {owner.node!r} in view "
                              f"epoch {epoch}", owner=owner, epoch=epoch)
 
-    async def refuse(self, exc: NotOwnerError, method: bytes, url: bytes,
-                     authorization: bytes | None, hints: Hints | None, route: str,
-                     error: Callable[..., Any]) -> Any:
-        """A request for a key another node owns: forwarded once, 421 or 503 (as
-        :meth:`serve` answers a ``NotOwnerError``)."""
-        return await self._not_owner(exc, method, url, authorization, hints, route, error)
-
-    async def _not_owner(self, exc: NotOwnerError, method: bytes, url: bytes,
-                         authorization: bytes | None, hints: Hints | None, route: str,
-                         error: Callable[..., Any]) -> Any:
+    def refuse(self, exc: NotOwnerError, method: bytes, url: bytes,
+               authorization: bytes | None, hints: Hints | None, route: str,
+               error: Callable[..., Any], reply: Callable[[Any], None]) -> None:
+        """A request for a key another node owns, answered through ``reply`` (once, on
+        the event loop): forwarded once, or 421/503, as :meth:`serve` answers a
+        ``NotOwnerError``. No task and no coroutine: a forward is a write and a callback."""
         owner = exc.owner
         node = getattr(owner, "node", None) or str(owner or "")
         advertise = getattr(owner, "advertise", "") or ""
         if hints is not None and hints.forwarded_by is not None:
             self.refused["forwarded_not_owner"] += 1
             by = hints.forwarded_by.decode("latin-1")[:64]
-            return error(503, "not_owner", f"forwarded by {by!r}, but this node does not own "
-                         f"the key either (it sees owner {node!r} at view epoch {exc.epoch}); "
-                         "the views are changing: retry", _retry_after(1.0))
+            reply(error(503, "not_owner", f"forwarded by {by!r}, but this node does not own "
+                        f"the key either (it sees owner {node!r} at view epoch {exc.epoch}); "
+                        "the views are changing: retry", _retry_after(1.0)))
+            return
         if hints is not None and hints.view_epoch is not None:
             self.misdirected += 1
             body = json.dumps({
@@ -190,23 +187,37 @@ class ClusterHttp:
                 "epoch": exc.epoch,
                 "message": f"node {self.name!r} does not own the key: {node!r} at {advertise} "
                            f"does in view epoch {exc.epoch}"}).encode()
-            return 421, b"application/json", body, b"", route
+            reply((421, b"application/json", body, b"", route))
+            return
         if not advertise or node == self.name:
             self.refused["owner_unreachable"] += 1
-            return error(503, "owner_unreachable", f"the owner {node!r} has no advertise URL",
-                         _retry_after(1.0))
-        try:
-            relayed = await self.forwarder.forward(advertise, method, url, authorization)
-        except ForwardError as fexc:
-            self.forwards["failed"] += 1
-            self.refused["owner_unreachable"] += 1
-            return error(503, "owner_unreachable", f"forwarding to the owner {node!r} failed: "
-                         f"{fexc}", _retry_after(1.0))
-        self.forwards["ok"] += 1
-        status, ctype, body, headers = relayed
-        if status >= 400:   # a relayed refusal says which node refused (issue 20)
-            body = _name_refuser(body, node, advertise)
-        return status, ctype, body, headers + RELAYED_FROM + node.encode("latin-1") + b"\r\n", route
+            reply(error(503, "owner_unreachable", f"the owner {node!r} has no advertise URL",
+                        _retry_after(1.0)))
+            return
+
+        def relayed(answer: Any, fexc: ForwardError | None) -> None:
+            if fexc is not None:
+                self.forwards["failed"] += 1
+                self.refused["owner_unreachable"] += 1
+                reply(error(503, "owner_unreachable", f"forwarding to the owner {node!r} "
+                            f"failed: {fexc}", _retry_after(1.0)))
+                return
+            self.forwards["ok"] += 1
+            status, ctype, body, headers = answer
+            if status >= 400:   # a relayed refusal says which node refused (issue 20)
+                body = _name_refuser(body, node, advertise)
+            reply((status, ctype, body,
+                   headers + RELAYED_FROM + node.encode("latin-1") + b"\r\n", route))
+
+        self.forwarder.send(advertise, method, url, authorization, relayed)
+
+    async def _not_owner(self, exc: NotOwnerError, method: bytes, url: bytes,
+                         authorization: bytes | None, hints: Hints | None, route: str,
+                         error: Callable[..., Any]) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.refuse(exc, method, url, authorization, hints, route, error,
+                    lambda answer: future.done() or future.set_result(answer))
+        return await future
 
     def _safe_status(self) -> dict[str, Any]:
         try:

@@ -16,7 +16,9 @@ up to ``IDLE_PER_PEER``), so a forward costs one write and one read on a warm co
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -35,6 +37,8 @@ _HOP = frozenset({b"content-length", b"content-type", b"connection", b"keep-aliv
 IDLE_PER_PEER = 256
 #: the owner's answer: at most this many bytes of headers
 MAX_HEAD = 65536
+#: how often answers still awaited are checked against their deadline (s)
+_SWEEP_S = 0.1
 
 Relayed = tuple[int, bytes, bytes, bytes]   # status, content type, body, raw header lines
 
@@ -60,13 +64,16 @@ class _Connection(asyncio.Protocol):
     """One kept-alive connection to a peer: one request at a time, its answer parsed by
     httptools into :attr:`waiter`."""
 
-    __slots__ = ("_body", "_ctype", "_head_bytes", "_headers", "closed", "got_bytes", "parser",
-                 "transport", "waiter")
+    __slots__ = ("_body", "_ctype", "_head_bytes", "_headers", "closed", "deadline",
+                 "got_bytes", "parser", "transport", "waiter")
 
     def __init__(self) -> None:
         self.parser = httptools.HttpResponseParser(self)
         self.transport: Any = None
-        self.waiter: asyncio.Future[tuple[int, bytes, bytes, bytes, bool]] | None = None
+        #: called once with the answer ``(status, ctype, body, headers, keep-alive)`` or an
+        #: exception (_Stale: closed before a byte of it)
+        self.waiter: Callable[[Any], None] | None = None
+        self.deadline = 0.0
         self.closed = False
         self.got_bytes = False
         self._reset()
@@ -95,9 +102,9 @@ class _Connection(asyncio.Protocol):
             self.close()
 
     def _fail(self, exc: BaseException) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(exc)
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            waiter(exc)
 
     def close(self) -> None:
         self.closed = True
@@ -123,18 +130,21 @@ class _Connection(asyncio.Protocol):
         answer = (parser.get_status_code(), self._ctype, b"".join(self._body),
                   b"".join(self._headers), parser.should_keep_alive())
         self._reset()
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(answer)
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            waiter(answer)
 
 
 class Forwarder:
-    """Sends one request to a peer and returns its answer (:data:`Relayed`)."""
+    """Sends one request to a peer and hands its answer (:data:`Relayed`) to a callback
+    (:meth:`send`, no task or coroutine per request) or returns it (:meth:`forward`)."""
 
     def __init__(self, node: str, timeout: float = 5.0) -> None:
         self.node = node.encode()
         self.timeout = timeout
         self._peers: dict[str, _Peer] = {}
+        self._busy: set[_Connection] = set()   # waiting for an answer (timed by _expire)
+        self._timer: asyncio.TimerHandle | None = None
         self.opened = 0   # connections opened (a test checks that they are reused)
 
     def _peer(self, advertise: str) -> _Peer:
@@ -146,16 +156,28 @@ class Forwarder:
     async def forward(self, advertise: str, method: bytes, url: bytes,
                       authorization: bytes | None) -> Relayed:
         """``method url`` at the peer ``advertise``; raises :class:`ForwardError`."""
-        try:
-            async with asyncio.timeout(self.timeout):
-                return await self._forward(advertise, method, url, authorization)
-        except TimeoutError:
-            raise ForwardError(f"the owner at {advertise} did not answer within "
-                               f"{self.timeout:g} s") from None
+        future: asyncio.Future[Relayed] = asyncio.get_running_loop().create_future()
 
-    async def _forward(self, advertise: str, method: bytes, url: bytes,
-                       authorization: bytes | None) -> Relayed:
-        peer = self._peer(advertise)
+        def done(answer: Relayed | None, error: ForwardError | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(answer)   # type: ignore[arg-type]
+
+        self.send(advertise, method, url, authorization, done)
+        return await future
+
+    def send(self, advertise: str, method: bytes, url: bytes, authorization: bytes | None,
+             done: Callable[[Relayed | None, ForwardError | None], None]) -> None:
+        """Send ``method url`` to the peer ``advertise``; ``done(answer, None)`` or
+        ``done(None, error)`` is called once, within ``timeout`` s, on the event loop."""
+        try:
+            peer = self._peer(advertise)
+        except ForwardError as exc:
+            done(None, exc)
+            return
         # HEAD is sent as GET (the answer's length is relayed, its body dropped by the
         # transport): the owner's HEAD answer would have no body to frame by
         verb = b"GET" if method == b"HEAD" else method
@@ -165,46 +187,82 @@ class Forwarder:
             head += b"Authorization: " + authorization + b"\r\n"
         if verb not in (b"GET", b"HEAD"):
             head += b"Content-Length: 0\r\n"
-        request = head + b"\r\n"
+        self._send(peer, advertise, head + b"\r\n", done, time.monotonic() + self.timeout)
+
+    def _send(self, peer: _Peer, advertise: str, request: bytes,
+              done: Callable[[Relayed | None, ForwardError | None], None],
+              deadline: float) -> None:
         while peer.idle:   # a kept-alive connection; the peer may have closed it meanwhile
             conn = peer.idle.pop()   # the most recently used: the least likely to be closed
-            if conn.closed:
-                continue
-            try:
-                return await self._exchange(peer, conn, request)
-            except _Stale:
-                continue   # closed before answering a byte: nothing was served, try anew
-        try:
-            _, conn = await asyncio.get_running_loop().create_connection(
-                _Connection, peer.host, peer.port)
-        except OSError as exc:
-            raise ForwardError(f"cannot reach the owner at {advertise}: "
-                               f"{exc.strerror or exc}") from None
-        self.opened += 1
-        try:
-            return await self._exchange(peer, conn, request)
-        except _Stale:
-            raise ForwardError(f"the owner at {advertise} closed the connection "
-                               "without answering") from None
+            if not conn.closed:
+                self._exchange(peer, advertise, conn, request, done, deadline, fresh=False)
+                return
+        asyncio.get_running_loop().create_task(
+            self._connect(peer, advertise, request, done, deadline))
 
-    @staticmethod
-    async def _exchange(peer: _Peer, conn: _Connection, request: bytes) -> Relayed:
-        waiter = conn.waiter = asyncio.get_running_loop().create_future()
-        conn.got_bytes = False
-        done = False
+    async def _connect(self, peer: _Peer, advertise: str, request: bytes,
+                       done: Callable[[Relayed | None, ForwardError | None], None],
+                       deadline: float) -> None:
         try:
-            conn.transport.write(request)
-            status, ctype, body, headers, keep = await waiter
-            done = True
-        finally:
-            conn.waiter = None
-            if done and keep and not conn.closed and len(peer.idle) < IDLE_PER_PEER:
-                peer.idle.append(conn)
-            else:   # an error, a time-out (cancelled), or the owner closes it
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    _Connection, peer.host, peer.port)
+        except TimeoutError:
+            done(None, ForwardError(f"the owner at {advertise} did not answer within "
+                                    f"{self.timeout:g} s"))
+            return
+        except OSError as exc:
+            done(None, ForwardError(f"cannot reach the owner at {advertise}: "
+                                    f"{exc.strerror or exc}"))
+            return
+        self.opened += 1
+        self._exchange(peer, advertise, conn, request, done, deadline, fresh=True)
+
+    def _exchange(self, peer: _Peer, advertise: str, conn: _Connection, request: bytes,
+                  done: Callable[[Relayed | None, ForwardError | None], None],
+                  deadline: float, *, fresh: bool) -> None:
+        def answered(result: Any) -> None:
+            self._busy.discard(conn)
+            if isinstance(result, BaseException):
                 conn.close()
-        return status, ctype, body, headers
+                if isinstance(result, _Stale):
+                    if not fresh:   # closed before answering a byte: nothing was served
+                        self._send(peer, advertise, request, done, deadline)
+                        return
+                    result = ForwardError(f"the owner at {advertise} closed the connection "
+                                          "without answering")
+                done(None, result if isinstance(result, ForwardError)
+                     else ForwardError(f"the owner's connection failed: {result}"))
+                return
+            status, ctype, body, headers, keep = result
+            if keep and not conn.closed and len(peer.idle) < IDLE_PER_PEER:
+                peer.idle.append(conn)
+            else:
+                conn.close()
+            done((status, ctype, body, headers), None)
+
+        conn.waiter = answered
+        conn.got_bytes = False
+        conn.deadline = deadline
+        self._busy.add(conn)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(_SWEEP_S, self._expire)
+        conn.transport.write(request)
+
+    def _expire(self) -> None:
+        """Every ``_SWEEP_S`` while answers are awaited: fail those past their deadline
+        (one timer per forwarder, not one per request)."""
+        self._timer = None
+        now = time.monotonic()
+        for conn in [c for c in self._busy if c.deadline <= now]:
+            conn._fail(ForwardError(f"the owner did not answer within {self.timeout:g} s"))
+        if self._busy:
+            self._timer = asyncio.get_running_loop().call_later(_SWEEP_S, self._expire)
 
     def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for peer in self._peers.values():
             while peer.idle:
                 peer.idle.popleft().close()

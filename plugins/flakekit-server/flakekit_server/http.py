@@ -336,24 +336,38 @@ class HttpProtocol(asyncio.Protocol):
         self.busy = True
         # reading goes on (no pause/resume: two epoll calls per answer): what comes
         # meanwhile is buffered, and reading stops then (data_received -> _pump)
-        task = asyncio.get_running_loop().create_task(pending.result())
-        self._task = task
+        inline = [True]   # a reply made inside start(): the caller goes on parsing
 
-        def done(task: asyncio.Task[Any]) -> None:
+        def reply(answer: tuple[Any, ...]) -> None:
+            if not self.busy:   # answered already (a callback must not answer twice)
+                return
             self._task = None
             self.busy = False
-            if task.cancelled():
-                self._close_after_write()
-                return
-            status, ctype, body, headers, route = task.result()
+            status, ctype, body, headers, route = answer
             alive = keep_alive and not self.close_when_done
             if method == b"HEAD":
                 self._send_head(status, ctype, len(body), headers, alive)
             else:
                 self._send(status, ctype, body, headers, alive)
             self.service.stats.observe(route, status, _perf() - t0)
-            if not self.closing:
+            if not self.closing and not inline[0]:
                 self._pump()
+
+        if pending.start is not None:   # a forward: its callback answers, no task
+            pending.start(reply)
+            inline[0] = False
+            return
+        inline[0] = False
+        task = asyncio.get_running_loop().create_task(pending.result())
+        self._task = task
+
+        def done(task: asyncio.Task[Any]) -> None:
+            if task.cancelled():
+                self._task = None
+                self.busy = False
+                self._close_after_write()
+                return
+            reply(task.result())
 
         task.add_done_callback(done)
 
