@@ -305,26 +305,14 @@ class ClusterNode:
         The same checks as :meth:`next_id`, after the draw: a value drawn when the member
         deadline has passed, the view moved or the slot changed is dropped, never issued.
         """
-        st = self._keys.get(key)
-        if st is None:
-            return None
-        slot = st.slot
-        if slot is None or slot.gen is None:
-            return None
-        try:
-            value = slot.gen.try_next_id()
-        except (NotStartedError, SegmentUnavailableError):
-            return None
-        if value is None:
-            return None
-        if (self.clock.monotonic_ns() < self._target.deadline_ns
-                and st.ok_epoch == self._view_epoch and st.slot is slot):
-            return value, slot.claim.epoch
-        return None
+        return self._from_memory(key, None)  # type: ignore[return-value]
 
     def try_next_ids(self, key: str, n: int) -> tuple[IdBatch, int] | None:
         """:meth:`next_ids` from memory, as :meth:`try_next_id` (``None``: call
         :meth:`next_ids` where it may wait; a batch drawn before a failed check is dropped)."""
+        return self._from_memory(key, n)  # type: ignore[return-value]
+
+    def _from_memory(self, key: str, n: int | None) -> tuple[int | IdBatch, int] | None:
         st = self._keys.get(key)
         if st is None:
             return None
@@ -332,14 +320,12 @@ class ClusterNode:
         if slot is None or slot.gen is None:
             return None
         try:
-            batch = slot.gen.try_next_ids(n)
+            got = slot.gen.try_next_id() if n is None else slot.gen.try_next_ids(n)
         except (NotStartedError, SegmentUnavailableError):
             return None
-        if batch is None:
-            return None
-        if (self.clock.monotonic_ns() < self._target.deadline_ns
-                and st.ok_epoch == self._view_epoch and st.slot is slot):
-            return batch, slot.claim.epoch
+        if got is not None and (self.clock.monotonic_ns() < self._target.deadline_ns
+                                and st.ok_epoch == self._view_epoch and st.slot is slot):
+            return got, slot.claim.epoch
         return None
 
     def other_owner(self, key: str) -> tuple[Member, int] | None:

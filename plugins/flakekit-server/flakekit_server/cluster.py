@@ -215,8 +215,12 @@ class ClusterHttp:
                          authorization: bytes | None, hints: Hints | None, route: str,
                          error: Callable[..., Any]) -> Any:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.refuse(exc, method, url, authorization, hints, route, error,
-                    lambda answer: future.done() or future.set_result(answer))
+
+        def reply(answer: Any) -> None:
+            if not future.done():
+                future.set_result(answer)
+
+        self.refuse(exc, method, url, authorization, hints, route, error, reply)
         return await future
 
     def _safe_status(self) -> dict[str, Any]:
