@@ -30,6 +30,14 @@ between successful answers and the count of 503s during a planned hand-off
 expected: about 0.88 x lease after the dead owner's last renewal; docs/cluster.md,
 "Hand-off windows").
 Every answer of the drills is checked: no ID twice.
+
+``--wrk`` measures the request path alone with wrk (a C client, so no client process is
+the bottleneck) on two nodes, each row a Leaf URL at full speed, best of ``--repeats``
+rounds interleaved, and prints the ratios issue 24 asks for: a strict key on its owner
+against a plain (``order = "node"``) key on the same node, and a strict key forwarded by
+the other node against the same key asked at its owner::
+
+    .venv/bin/python benchmarks/bench_cluster.py --wrk [--duration 5] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -343,6 +351,76 @@ def throughput(args: argparse.Namespace, nodes: list[Node], view: dict[str, Any]
     return list(best.values())
 
 
+# -- --wrk: the request path alone, ratios ----------------------------------------------------
+WRK_LUA = """
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("FKSTAT %d %d %d %d %d %d\\n", summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.timeout, e.status, latency:percentile(50),
+    latency:percentile(99)))
+end
+"""
+
+
+def wrk_row(url: str, args: argparse.Namespace, script: Path) -> dict[str, Any]:
+    out = subprocess.run(["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration:g}s",
+                          "-s", str(script), url], capture_output=True, text=True,
+                         timeout=args.duration + 60).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("FKSTAT"))
+    requests, duration_us, errors, non2xx, p50, p99 = map(int, line.split()[1:])
+    return {"rps": requests / (duration_us / 1e6), "errors": errors + non2xx,
+            "p50_ms": p50 / 1e3, "p99_ms": p99 / 1e3}
+
+
+def wrk_rows(args: argparse.Namespace, nodes: list[Node], view: dict[str, Any],
+             tmp: Path) -> dict[str, Any]:
+    """Strict on its owner, plain on the same node, strict forwarded by the other node."""
+    owner = next(n for n in nodes if n.name == view["owners"][STRICT_KEY])
+    other = next(n for n in nodes if n.running() and n is not owner)
+    script = tmp / "stats.lua"
+    script.write_text(WRK_LUA)
+    rows = {"strict, owner": f"{owner.advertise}/api/segment/get/{STRICT_KEY}",
+            "plain, owner": f"{owner.advertise}/api/segment/get/{NODE_KEY}",
+            "strict, forwarded": f"{other.advertise}/api/segment/get/{STRICT_KEY}"}
+    for url in rows.values():   # warm-up: connections, segments, the forwarder's pool
+        wrk_row(url, argparse.Namespace(connections=args.connections, duration=1), script)
+    best: dict[str, dict[str, Any]] = {}
+    running = [n for n in nodes if n.running()]
+    for _ in range(args.repeats):
+        for name, url in rows.items():
+            cpu0 = sum(n.cpu_s() for n in running)
+            row = wrk_row(url, args, script)
+            # CPU of both nodes per request: steadier than req/s on a shared machine
+            row["node_cpu_us"] = (sum(n.cpu_s() for n in running) - cpu0) / max(
+                1, row["rps"] * args.duration) * 1e6
+            log(f"  {name:<18} {row['rps']:>9,.0f} req/s p50 {row['p50_ms']:.2f} ms "
+                f"p99 {row['p99_ms']:.2f} ms nodes' CPU {row['node_cpu_us']:.1f} us/request "
+                f"errors {row['errors']}")
+            if name not in best or row["rps"] > best[name]["rps"]:
+                best[name] = row
+    return best
+
+
+def wrk_table(best: dict[str, Any], args: argparse.Namespace, load: str) -> str:
+    lines = [f"cluster request path, wrk -t1 -c{args.connections}, {args.duration:g} s rows, best "
+             f"of {args.repeats}, 2 nodes on {len(os.sched_getaffinity(0))} cores; load "
+             f"average {load}",
+             f"{'row':<18} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU us/req':>10} "
+             f"{'errors':>6}"]
+    for name, row in best.items():
+        lines.append(f"{name:<18} {row['rps']:>9,.0f} {row['p50_ms']:>7.2f} "
+                     f"{row['p99_ms']:>7.2f} {row['node_cpu_us']:>10.1f} {row['errors']:>6}")
+    owner, plain = best["strict, owner"], best["plain, owner"]
+    fwd = best["strict, forwarded"]
+    lines.append(f"strict on its owner / plain key: {owner['rps'] / plain['rps']:.2f} req/s, "
+                 f"{plain['node_cpu_us'] / owner['node_cpu_us']:.2f} per CPU (target >= 0.80); "
+                 f"forwarded / direct: {fwd['rps'] / owner['rps']:.2f} req/s, "
+                 f"{owner['node_cpu_us'] / fwd['node_cpu_us']:.2f} per CPU (target >= 0.50)")
+    lines.append("(CPU us/req: both nodes' CPU time during the row per request answered; "
+                 "best round by req/s)")
+    return "\n".join(lines)
+
+
 # -- hand-off drills ---------------------------------------------------------------------------
 def _hammer_raw(port: int, stop: Any, out: Any) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -602,9 +680,14 @@ def main() -> None:
     parser.add_argument("--membership", choices=("sql", "zk", "etcd"), default="sql",
                         help="where the members live (zk: $ZK_HOSTS, etcd: $ETCD_ENDPOINTS; "
                         "default sql, the segments' database)")
+    parser.add_argument("--wrk", action="store_true", help="only the request path, with wrk: "
+                        "strict vs plain key on the owner, forwarded vs direct (ratios)")
+    parser.add_argument("--connections", type=int, default=16, help="wrk connections (--wrk)")
     args = parser.parse_args()
+    if args.wrk and shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install -y wrk")
     args.duration = args.duration or (0.6 if args.quick else 4.0)
-    args.repeats = args.repeats or (1 if args.quick else 2)
+    args.repeats = args.repeats or (1 if args.quick else 3 if args.wrk else 2)
     args.warmup = 0.2 if args.quick else 1.0
     args.settle = 1.0 if args.quick else 3.0
     args.max_wait = 60.0
@@ -631,6 +714,20 @@ def main() -> None:
                 if done.returncode != 0:
                     raise SystemExit(f"flakekit {' '.join(args_)}: {done.stdout}{done.stderr}")
             nodes = [Node(f"n{i}", config, tmp) for i in range(3)]
+            if args.wrk:
+                for node in nodes[:2]:
+                    node.start()
+                view = wait_agreed(nodes, 2)
+                wait_serving(next(n for n in nodes if n.name == view["owners"][STRICT_KEY]))
+                best = wrk_rows(args, nodes, view, tmp)
+                load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+                for node in nodes:
+                    node.stop()
+                if args.json:
+                    print(json.dumps({"wrk": best, "load": load}, indent=2))
+                else:
+                    print(wrk_table(best, args, load))
+                return
             rows: list[dict[str, Any]] = []
             for members in (2, 3):
                 for node in nodes[:members]:

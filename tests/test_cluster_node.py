@@ -628,3 +628,48 @@ def test_a_node_with_other_strict_keys_is_refused_at_its_join():
         assert b.status()["epoch"] == a.status()["epoch"]
     finally:
         h.close()
+
+
+# -- the event loop's path (issue 24 item 3) ---------------------------------------------
+def test_try_next_id_serves_from_memory_and_never_refuses_or_waits(cluster):
+    """try_next_id/try_next_ids: the owner's IDs from memory with the claim epoch, in
+    order with next_id; None (never an error, never a wait) on another node, past the
+    member deadline and while a newer view is not applied; other_owner names the owner
+    from the applied view."""
+    for name in "ab":
+        cluster.add(name)
+    cluster.settle()
+    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    key = next(k for k in KEYS if cluster.owner(k) is a)
+    first, epoch = a.next_id(key)
+    got = a.try_next_id(key)
+    assert got is not None and got[0] > first and got[1] == epoch
+    batch = a.try_next_ids(key, 5)
+    assert batch is not None and list(batch[0])[0] > got[0] and batch[1] == epoch
+    assert a.other_owner(key) is None
+    assert b.try_next_id(key) is None and b.try_next_ids(key, 5) is None
+    owner, view_epoch = b.other_owner(key)
+    assert owner == a.member and view_epoch == b.status()["epoch"]
+    # a renewal that reveals a newer view: nothing from memory until it is applied
+    admin = cluster.store.membership("admin")
+    admin.propose("c", admin.view("c").epoch, [b.member])
+    assert a._keeper.renew_once()
+    assert a.try_next_id(key) is None and a.other_owner(key) is None
+    with pytest.raises(KeyMovingError):
+        a.next_id(key)
+
+
+def test_try_next_id_refuses_past_the_member_deadline(cluster):
+    """Cut off from the store: served from memory until the member deadline, then None
+    (next_id then says why: ClusterUnavailableError)."""
+    a = cluster.add("a")
+    key = "k0"
+    a.next_id(key)
+    cluster.store.cut("a")
+    remaining = a.status()["lease"]["remaining_s"]
+    assert a.try_next_id(key) is not None
+    cluster.tick(remaining)
+    assert a.try_next_id(key) is None and a.try_next_ids(key, 2) is None
+    assert a.other_owner(key) is None
+    with pytest.raises(ClusterUnavailableError):
+        a.next_id(key)

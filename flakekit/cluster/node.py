@@ -304,6 +304,52 @@ class ClusterNode:
                         return batch, slot.claim.epoch
         return self._slow(key, n)  # type: ignore[return-value]
 
+    def try_next_id(self, key: str) -> tuple[int, int] | None:
+        """:meth:`next_id` from memory, for an event loop: ``None`` instead of waiting or
+        refusing (the key's buffers are empty, it is moving, another node owns it, the
+        membership ran out): the caller then calls :meth:`next_id` where it may wait.
+
+        The same checks as :meth:`next_id`, after the draw: a value drawn when the member
+        deadline has passed, the view moved or the slot changed is dropped, never issued.
+        """
+        return self._from_memory(key, None)  # type: ignore[return-value]
+
+    def try_next_ids(self, key: str, n: int) -> tuple[IdBatch, int] | None:
+        """:meth:`next_ids` from memory, as :meth:`try_next_id` (``None``: call
+        :meth:`next_ids` where it may wait; a batch drawn before a failed check is dropped)."""
+        return self._from_memory(key, n)  # type: ignore[return-value]
+
+    def _from_memory(self, key: str, n: int | None) -> tuple[int | IdBatch, int] | None:
+        st = self._keys.get(key)
+        if st is None:
+            return None
+        slot = st.slot
+        if slot is None or slot.gen is None:
+            return None
+        try:
+            got = slot.gen.try_next_id() if n is None else slot.gen.try_next_ids(n)
+        except (NotStartedError, SegmentUnavailableError):
+            return None
+        if got is not None and (self.clock.monotonic_ns() < self._target.deadline_ns
+                                and st.ok_epoch == self._view_epoch and st.slot is slot):
+            return got, slot.claim.epoch
+        return None
+
+    def other_owner(self, key: str) -> tuple[Member, int] | None:
+        """Another node's claim to ``key`` as the applied view says, read without a lock:
+        ``(owner, view epoch)`` while this node's membership is valid and its view is the
+        newest it knows of; ``None`` when this node owns the key or cannot tell without
+        :meth:`next_id` (which then refuses, waits or serves). For forwarding: the owner
+        checks its own claim on every ID it serves."""
+        owners = self._owners
+        if (owners is None or not owners.view.members or self._view_epoch != owners.epoch
+                or self.clock.monotonic_ns() >= self._target.deadline_ns):
+            return None
+        owner = owners.owner(key)
+        if owner.node == self.member.node:
+            return None
+        return owner, owners.epoch
+
     def _slow(self, key: str, n: int | None) -> tuple[int | IdBatch, int]:
         """Not served from memory: refuse, claim inline, or wait for the hand-off."""
         st = self._state(key)

@@ -1,9 +1,12 @@
 """Cluster mode over HTTP: strict keys served through the node's ``ClusterNode``.
 
-A strict key has one owner in the view. On the owner the request is served (in a worker
-thread: a key that is moving may hold the request up to ``handoff_wait``, and the event
-loop must keep serving every other key meanwhile); every ID answer carries
-``X-Flakekit-Owner-Epoch``. On another node:
+A strict key has one owner in the view. On the owner the request is served on the event
+loop when the key's IDs are in memory and every check passes (``ClusterNode.try_next_id``:
+the member deadline, the view epoch and the claim, after the draw); otherwise (a refill, a
+key that is moving: it may hold the request up to ``handoff_wait``) in a worker thread, so
+the event loop keeps serving every other key meanwhile. Every ID answer carries
+``X-Flakekit-Owner-Epoch``. On another node (known from the applied view on the loop,
+``ClusterNode.other_owner``, or from the runtime's refusal):
 
 * a request with ``X-Flakekit-View-Epoch`` (a flakekit client that routes by itself)
   gets **421** ``{owner, advertise, epoch}``: it updates its view and retries there;
@@ -149,18 +152,34 @@ class ClusterHttp:
             self.refused["cluster_unavailable"] += 1
             return error(503, "cluster_unavailable", str(exc), _retry_after(exc.retry_after))
 
-    async def _not_owner(self, exc: NotOwnerError, method: bytes, url: bytes,
-                         authorization: bytes | None, hints: Hints | None, route: str,
-                         error: Callable[..., Any]) -> Any:
+    def owned_elsewhere(self, key: str) -> NotOwnerError | None:
+        """Another node owns ``key`` in the applied view (``ClusterNode.other_owner``, no
+        lock, no wait): the refusal :meth:`serve` would get from the runtime, so the
+        request is forwarded (or answered 421/503) on the event loop, without a thread."""
+        other = getattr(self.node, "other_owner", None)
+        got = other(key) if other is not None else None
+        if got is None:
+            return None
+        owner, epoch = got
+        return NotOwnerError(f"strict key {key!r} is owned by node {owner.node!r} in view "
+                             f"epoch {epoch}", owner=owner, epoch=epoch)
+
+    def refuse(self, exc: NotOwnerError, method: bytes, url: bytes,
+               authorization: bytes | None, hints: Hints | None, route: str,
+               error: Callable[..., Any], reply: Callable[[Any], None]) -> None:
+        """A request for a key another node owns, answered through ``reply`` (once, on
+        the event loop): forwarded once, or 421/503, as :meth:`serve` answers a
+        ``NotOwnerError``. No task and no coroutine: a forward is a write and a callback."""
         owner = exc.owner
         node = owner.node if owner is not None else ""
         advertise = owner.advertise if owner is not None else ""
         if hints is not None and hints.forwarded_by is not None:
             self.refused["forwarded_not_owner"] += 1
             by = hints.forwarded_by.decode("latin-1")[:64]
-            return error(503, "not_owner", f"forwarded by {by!r}, but this node does not own "
-                         f"the key either (it sees owner {node!r} at view epoch {exc.epoch}); "
-                         "the views are changing: retry", _retry_after(1.0))
+            reply(error(503, "not_owner", f"forwarded by {by!r}, but this node does not own "
+                        f"the key either (it sees owner {node!r} at view epoch {exc.epoch}); "
+                        "the views are changing: retry", _retry_after(1.0)))
+            return
         if hints is not None and hints.view_epoch is not None:
             self.misdirected += 1
             body = json.dumps({
@@ -168,23 +187,41 @@ class ClusterHttp:
                 "epoch": exc.epoch,
                 "message": f"node {self.name!r} does not own the key: {node!r} at {advertise} "
                            f"does in view epoch {exc.epoch}"}).encode()
-            return 421, b"application/json", body, b"", route
+            reply((421, b"application/json", body, b"", route))
+            return
         if not advertise or node == self.name:
             self.refused["owner_unreachable"] += 1
-            return error(503, "owner_unreachable", f"the owner {node!r} has no advertise URL",
-                         _retry_after(1.0))
-        try:
-            relayed = await self.forwarder.forward(advertise, method, url, authorization)
-        except ForwardError as fexc:
-            self.forwards["failed"] += 1
-            self.refused["owner_unreachable"] += 1
-            return error(503, "owner_unreachable", f"forwarding to the owner {node!r} failed: "
-                         f"{fexc}", _retry_after(1.0))
-        self.forwards["ok"] += 1
-        status, ctype, body, headers = relayed
-        if status >= 400:   # a relayed refusal says which node refused (issue 20)
-            body = _name_refuser(body, node, advertise)
-        return status, ctype, body, headers + RELAYED_FROM + node.encode("latin-1") + b"\r\n", route
+            reply(error(503, "owner_unreachable", f"the owner {node!r} has no advertise URL",
+                        _retry_after(1.0)))
+            return
+
+        def relayed(answer: Any, fexc: ForwardError | None) -> None:
+            if fexc is not None:
+                self.forwards["failed"] += 1
+                self.refused["owner_unreachable"] += 1
+                reply(error(503, "owner_unreachable", f"forwarding to the owner {node!r} "
+                            f"failed: {fexc}", _retry_after(1.0)))
+                return
+            self.forwards["ok"] += 1
+            status, ctype, body, headers = answer
+            if status >= 400:   # a relayed refusal says which node refused (issue 20)
+                body = _name_refuser(body, node, advertise)
+            reply((status, ctype, body,
+                   headers + RELAYED_FROM + node.encode("latin-1") + b"\r\n", route))
+
+        self.forwarder.send(advertise, method, url, authorization, relayed)
+
+    async def _not_owner(self, exc: NotOwnerError, method: bytes, url: bytes,
+                         authorization: bytes | None, hints: Hints | None, route: str,
+                         error: Callable[..., Any]) -> Any:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def reply(answer: Any) -> None:
+            if not future.done():
+                future.set_result(answer)
+
+        self.refuse(exc, method, url, authorization, hints, route, error, reply)
+        return await future
 
     def _safe_status(self) -> dict[str, Any]:
         try:

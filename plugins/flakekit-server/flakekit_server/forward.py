@@ -6,16 +6,23 @@ with ``X-Flakekit-Forwarded-By: <this node>`` and relays the owner's answer unch
 never forwards a request that carries the header again (it answers 503), so a request
 makes at most one hop whatever the two nodes' views say.
 
-The client is a minimal HTTP/1.1 client over asyncio streams: peers are flakekit servers,
-which always answer with ``Content-Length``. Connections are kept alive per peer (a
-small idle pool), so a forward costs one round trip on loopback or the LAN.
+The client is a minimal HTTP/1.1 client: an asyncio protocol per connection with
+httptools' response parser (the server's own parser), no stream objects and no extra task
+per request. Peers are flakekit servers, which always answer with ``Content-Length``.
+Connections are kept alive per peer (an idle pool as large as the concurrency has been,
+up to ``IDLE_PER_PEER``), so a forward costs one write and one read on a warm connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
+
+import httptools
 
 __all__ = ["FORWARDED_BY", "OWNER_EPOCH", "VIEW_EPOCH", "ForwardError", "Forwarder", "Relayed"]
 
@@ -25,8 +32,13 @@ OWNER_EPOCH = b"X-Flakekit-Owner-Epoch"
 #: headers of the owner's answer the relay does not copy (this hop's own framing)
 _HOP = frozenset({b"content-length", b"content-type", b"connection", b"keep-alive",
                   b"transfer-encoding"})
-#: idle keep-alive connections kept per peer
-IDLE_PER_PEER = 8
+#: idle keep-alive connections kept per peer (one per request in flight: below the
+#: concurrency, a connection would be opened and closed per request)
+IDLE_PER_PEER = 256
+#: the owner's answer: at most this many bytes of headers
+MAX_HEAD = 65536
+#: how often answers still awaited are checked against their deadline (s)
+_SWEEP_S = 0.1
 
 Relayed = tuple[int, bytes, bytes, bytes]   # status, content type, body, raw header lines
 
@@ -45,16 +57,95 @@ class _Peer:
         self.host = parts.hostname
         self.port = parts.port or 80
         self.prefix = parts.path.rstrip("/").encode()
-        self.idle: deque[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = deque()
+        self.idle: deque[_Connection] = deque()
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection to a peer: one request at a time, its answer parsed by
+    httptools into :attr:`waiter`."""
+
+    __slots__ = ("_body", "_ctype", "_head_bytes", "_headers", "closed", "deadline",
+                 "got_bytes", "parser", "transport", "waiter")
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.transport: Any = None
+        #: called once with the answer ``(status, ctype, body, headers, keep-alive)`` or an
+        #: exception (_Stale: closed before a byte of it)
+        self.waiter: Callable[[Any], None] | None = None
+        self.deadline = 0.0
+        self.closed = False
+        self.got_bytes = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._ctype = b"application/octet-stream"
+        self._headers: list[bytes] = []
+        self._body: list[bytes] = []
+        self._head_bytes = 0
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closed = True
+        self._fail(ForwardError("the owner's answer ended early") if self.got_bytes else _Stale())
+
+    def data_received(self, data: bytes) -> None:
+        self.got_bytes = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__ or exc.__cause__
+            self._fail(cause if isinstance(cause, ForwardError)
+                       else ForwardError(f"the owner's answer is malformed: {exc}"))
+            self.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            waiter(exc)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD:
+            raise ForwardError("the owner's answer headers are too large")
+        low = name.lower()
+        if low == b"content-type":
+            self._ctype = value
+        elif low not in _HOP:
+            self._headers.append(name + b": " + value + b"\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        parser = self.parser
+        answer = (parser.get_status_code(), self._ctype, b"".join(self._body),
+                  b"".join(self._headers), parser.should_keep_alive())
+        self._reset()
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            waiter(answer)
 
 
 class Forwarder:
-    """Sends one request to a peer and returns its answer (:data:`Relayed`)."""
+    """Sends one request to a peer and hands its answer (:data:`Relayed`) to a callback
+    (:meth:`send`, no task or coroutine per request) or returns it (:meth:`forward`)."""
 
     def __init__(self, node: str, timeout: float = 5.0) -> None:
         self.node = node.encode()
         self.timeout = timeout
         self._peers: dict[str, _Peer] = {}
+        self._busy: set[_Connection] = set()   # waiting for an answer (timed by _expire)
+        self._timer: asyncio.TimerHandle | None = None
+        self.opened = 0   # connections opened (a test checks that they are reused)
 
     def _peer(self, advertise: str) -> _Peer:
         peer = self._peers.get(advertise)
@@ -65,16 +156,28 @@ class Forwarder:
     async def forward(self, advertise: str, method: bytes, url: bytes,
                       authorization: bytes | None) -> Relayed:
         """``method url`` at the peer ``advertise``; raises :class:`ForwardError`."""
-        try:
-            return await asyncio.wait_for(self._forward(advertise, method, url, authorization),
-                                          self.timeout)
-        except TimeoutError:
-            raise ForwardError(f"the owner at {advertise} did not answer within "
-                               f"{self.timeout:g} s") from None
+        future: asyncio.Future[Relayed] = asyncio.get_running_loop().create_future()
 
-    async def _forward(self, advertise: str, method: bytes, url: bytes,
-                       authorization: bytes | None) -> Relayed:
-        peer = self._peer(advertise)
+        def done(answer: Relayed | None, error: ForwardError | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(answer)   # type: ignore[arg-type]
+
+        self.send(advertise, method, url, authorization, done)
+        return await future
+
+    def send(self, advertise: str, method: bytes, url: bytes, authorization: bytes | None,
+             done: Callable[[Relayed | None, ForwardError | None], None]) -> None:
+        """Send ``method url`` to the peer ``advertise``; ``done(answer, None)`` or
+        ``done(None, error)`` is called once, within ``timeout`` s, on the event loop."""
+        try:
+            peer = self._peer(advertise)
+        except ForwardError as exc:
+            done(None, exc)
+            return
         # HEAD is sent as GET (the answer's length is relayed, its body dropped by the
         # transport): the owner's HEAD answer would have no body to frame by
         verb = b"GET" if method == b"HEAD" else method
@@ -84,87 +187,86 @@ class Forwarder:
             head += b"Authorization: " + authorization + b"\r\n"
         if verb not in (b"GET", b"HEAD"):
             head += b"Content-Length: 0\r\n"
-        request = head + b"\r\n"
-        while peer.idle:   # a kept-alive connection; the peer may have closed it meanwhile
-            reader, writer = peer.idle.popleft()
-            if writer.is_closing() or reader.at_eof():
-                writer.close()
-                continue
-            try:
-                return await self._exchange(peer, reader, writer, request)
-            except _Stale:
-                continue   # closed before answering a byte: nothing was served, try anew
-        try:
-            reader, writer = await asyncio.open_connection(peer.host, peer.port)
-        except OSError as exc:
-            raise ForwardError(f"cannot reach the owner at {advertise}: "
-                               f"{exc.strerror or exc}") from None
-        try:
-            return await self._exchange(peer, reader, writer, request)
-        except _Stale:
-            raise ForwardError(f"the owner at {advertise} closed the connection "
-                               "without answering") from None
+        self._send(peer, advertise, head + b"\r\n", done, time.monotonic() + self.timeout)
 
-    async def _exchange(self, peer: _Peer, reader: asyncio.StreamReader,
-                        writer: asyncio.StreamWriter, request: bytes) -> Relayed:
-        reuse = False
+    def _send(self, peer: _Peer, advertise: str, request: bytes,
+              done: Callable[[Relayed | None, ForwardError | None], None],
+              deadline: float) -> None:
+        while peer.idle:   # a kept-alive connection; the peer may have closed it meanwhile
+            conn = peer.idle.pop()   # the most recently used: the least likely to be closed
+            if not conn.closed:
+                self._exchange(peer, advertise, conn, request, done, deadline, fresh=False)
+                return
+        asyncio.get_running_loop().create_task(
+            self._connect(peer, advertise, request, done, deadline))
+
+    async def _connect(self, peer: _Peer, advertise: str, request: bytes,
+                       done: Callable[[Relayed | None, ForwardError | None], None],
+                       deadline: float) -> None:
         try:
-            writer.write(request)
-            await writer.drain()
-            try:
-                raw = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as exc:
-                if not exc.partial:
-                    raise _Stale from None
-                raise ForwardError("the owner's answer ended early") from None
-            except asyncio.LimitOverrunError:
-                raise ForwardError("the owner's answer headers are too large") from None
-            status, ctype, length, headers, keep = _parse_head(raw)
-            body = await reader.readexactly(length) if length else b""
-            reuse = keep
-            return status, ctype, body, headers
-        except (ConnectionError, asyncio.IncompleteReadError) as exc:
-            if isinstance(exc, ConnectionResetError | BrokenPipeError):
-                raise _Stale from None
-            raise ForwardError(f"the owner's connection failed: {exc}") from None
-        finally:
-            if reuse and len(peer.idle) < IDLE_PER_PEER:
-                peer.idle.append((reader, writer))
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    _Connection, peer.host, peer.port)
+        except TimeoutError:
+            done(None, ForwardError(f"the owner at {advertise} did not answer within "
+                                    f"{self.timeout:g} s"))
+            return
+        except OSError as exc:
+            done(None, ForwardError(f"cannot reach the owner at {advertise}: "
+                                    f"{exc.strerror or exc}"))
+            return
+        self.opened += 1
+        self._exchange(peer, advertise, conn, request, done, deadline, fresh=True)
+
+    def _exchange(self, peer: _Peer, advertise: str, conn: _Connection, request: bytes,
+                  done: Callable[[Relayed | None, ForwardError | None], None],
+                  deadline: float, *, fresh: bool) -> None:
+        def answered(result: Any) -> None:
+            self._busy.discard(conn)
+            if isinstance(result, BaseException):
+                conn.close()
+                if isinstance(result, _Stale):
+                    if not fresh:   # closed before answering a byte: nothing was served
+                        self._send(peer, advertise, request, done, deadline)
+                        return
+                    result = ForwardError(f"the owner at {advertise} closed the connection "
+                                          "without answering")
+                done(None, result if isinstance(result, ForwardError)
+                     else ForwardError(f"the owner's connection failed: {result}"))
+                return
+            status, ctype, body, headers, keep = result
+            if keep and not conn.closed and len(peer.idle) < IDLE_PER_PEER:
+                peer.idle.append(conn)
             else:
-                writer.close()
+                conn.close()
+            done((status, ctype, body, headers), None)
+
+        conn.waiter = answered
+        conn.got_bytes = False
+        conn.deadline = deadline
+        self._busy.add(conn)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(_SWEEP_S, self._expire)
+        conn.transport.write(request)
+
+    def _expire(self) -> None:
+        """Every ``_SWEEP_S`` while answers are awaited: fail those past their deadline
+        (one timer per forwarder, not one per request)."""
+        self._timer = None
+        now = time.monotonic()
+        for conn in [c for c in self._busy if c.deadline <= now]:
+            conn._fail(ForwardError(f"the owner did not answer within {self.timeout:g} s"))
+        if self._busy:
+            self._timer = asyncio.get_running_loop().call_later(_SWEEP_S, self._expire)
 
     def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         for peer in self._peers.values():
             while peer.idle:
-                peer.idle.popleft()[1].close()
+                peer.idle.popleft().close()
 
 
 class _Stale(Exception):
     """A kept-alive connection closed before any byte of the answer."""
-
-
-def _parse_head(raw: bytes) -> tuple[int, bytes, int, bytes, bool]:
-    lines = raw[:-4].split(b"\r\n")
-    try:
-        version, code, _ = (lines[0] + b" ").split(b" ", 2)
-        status = int(code)
-    except ValueError:
-        raise ForwardError(
-            f"the owner answered a malformed status line {lines[0][:60]!r}") from None
-    ctype = b"application/octet-stream"
-    length = 0
-    keep = version == b"HTTP/1.1"
-    out = []
-    for line in lines[1:]:
-        name, _, value = line.partition(b":")
-        low = name.strip().lower()
-        value = value.strip()
-        if low == b"content-length":
-            length = int(value)
-        elif low == b"content-type":
-            ctype = value
-        elif low == b"connection":
-            keep = value.lower() != b"close"
-        if low not in _HOP:
-            out.append(name.strip() + b": " + value + b"\r\n")
-    return status, ctype, length, b"".join(out), keep

@@ -27,6 +27,8 @@ import httptools
 
 from flakekit_server.app import JSON, IdService, Pending, error_body, from_exception
 from flakekit_server.cluster import Hints
+from flakekit_server.forward import OWNER_EPOCH
+from flakekit_server.metrics import FIRST_BUCKET_NS, bucket
 
 __all__ = ["HttpProtocol", "STATUS_LINES"]
 
@@ -259,11 +261,13 @@ class HttpProtocol(asyncio.Protocol):
                       and not self.service.stopping)
         self.waiting = IDLE
         self.deadline = _monotonic() + self.server.options.idle_timeout
-        request = (parser.get_method(), self._url, self._auth, keep_alive, self._t0, self._hints)
         if self.paused or self._queue or self.busy:
-            self._queue.append(request)   # answered once the client reads what it was sent
+            # answered once the client reads what it was sent
+            self._queue.append((parser.get_method(), self._url, self._auth, keep_alive,
+                                self._t0, self._hints))
         else:
-            self._run(*request)
+            self._run(parser.get_method(), self._url, self._auth, keep_alive, self._t0,
+                      self._hints)
 
     def _run(self, method: bytes, url: bytes, auth: bytes | None, keep_alive: bool, t0: int,
              hints: Hints | None = None) -> None:
@@ -272,54 +276,98 @@ class HttpProtocol(asyncio.Protocol):
         service = self.service
         fast = service.fast.get(url)
         if fast is not None and method == b"GET" and hints is None:
+            # the hot path: an open generator's Leaf URL (IdService.fast); what it costs
+            # per request is docs/server.md's "Speed"
+            draw, route, hist = fast[1], fast[2], fast[3]
             try:
-                body = b"%d" % fast[1]()
+                value = draw()
             except BaseException as exc:  # noqa: BLE001
                 err = from_exception(exc)
                 self._send(err.status, JSON, error_body(err.status, err.code, err.message),
                            err.headers, keep_alive)
-                route, status = "leaf_" + service.strategy[fast[0]], err.status
-            else:
-                self.transport.write(b"%s%d\r\n%s\r\n%s" % (
-                    _OK_TEXT, len(body), b"" if keep_alive else _CLOSE, body))
+                service.stats.observe(route, err.status, _perf() - t0)
+                return
+            if value is None:   # a segment key whose buffers are empty: never wait here
+                self._defer(service.draw_later(fast[0], route), method, keep_alive, t0)
+                return
+            body = b"%d" % value
+            self.transport.write(b"%s%d\r\n%s\r\n%s" % (
+                _OK_TEXT, len(body), b"" if keep_alive else _CLOSE, body))
+            if not keep_alive:
+                self._close_after_write()
+            elapsed = _perf() - t0
+            hist[0 if elapsed < FIRST_BUCKET_NS else bucket(elapsed)] += 1
+            hist[-2] += elapsed
+            hist[-1] += 1
+            return
+        strict = service.strict_fast.get(url) if service.strict_fast else None
+        if strict is not None and method == b"GET" and (hints is None or hints.view_epoch is None):
+            # cluster mode: a strict key this node owns, its IDs in memory (every check of
+            # ClusterNode.next_id made after the draw); else handle() forwards, refuses or
+            # waits for the hand-off in a thread
+            got = strict[1](strict[0])
+            if got is not None:
+                body = b"%d" % got[0]
+                self.transport.write(b"%s%d\r\n%s: %d\r\n%s\r\n%s" % (
+                    _OK_TEXT, len(body), OWNER_EPOCH, got[1], b"" if keep_alive else _CLOSE,
+                    body))
                 if not keep_alive:
                     self._close_after_write()
-                route, status = "leaf_" + service.strategy[fast[0]], 200
-        else:
-            answer = service.handle(method, url, auth, hints)
-            if isinstance(answer, Pending):
-                self._defer(answer, method, keep_alive, t0)
+                hist = strict[2]
+                elapsed = _perf() - t0
+                hist[0 if elapsed < FIRST_BUCKET_NS else bucket(elapsed)] += 1
+                hist[-2] += elapsed
+                hist[-1] += 1
                 return
-            status, ctype, body, headers, route = answer
-            if method == b"HEAD":
-                self._send_head(status, ctype, len(body), headers, keep_alive)
-            else:
-                self._send(status, ctype, body, headers, keep_alive)
+        answer = service.handle(method, url, auth, hints)
+        if isinstance(answer, Pending):
+            self._defer(answer, method, keep_alive, t0)
+            return
+        status, ctype, body, headers, route = answer
+        if method == b"HEAD":
+            self._send_head(status, ctype, len(body), headers, keep_alive)
+        else:
+            self._send(status, ctype, body, headers, keep_alive)
         service.stats.observe(route, status, _perf() - t0)
 
     def _defer(self, pending: Pending, method: bytes, keep_alive: bool, t0: int) -> None:
         """Answer once ``pending`` is done; the connection reads and answers nothing else
         meanwhile (pipelined answers stay in order)."""
         self.busy = True
-        self._stop_reading()
-        task = asyncio.get_running_loop().create_task(pending.result())
-        self._task = task
+        # reading goes on (no pause/resume: two epoll calls per answer): what comes
+        # meanwhile is buffered, and reading stops then (data_received -> _pump)
+        inline = [True]   # a reply made inside start(): the caller goes on parsing
 
-        def done(task: asyncio.Task[Any]) -> None:
+        def reply(answer: tuple[Any, ...]) -> None:
+            if not self.busy:   # answered already (a callback must not answer twice)
+                return
             self._task = None
             self.busy = False
-            if task.cancelled():
-                self._close_after_write()
-                return
-            status, ctype, body, headers, route = task.result()
+            status, ctype, body, headers, route = answer
             alive = keep_alive and not self.close_when_done
             if method == b"HEAD":
                 self._send_head(status, ctype, len(body), headers, alive)
             else:
                 self._send(status, ctype, body, headers, alive)
             self.service.stats.observe(route, status, _perf() - t0)
-            if not self.closing:
+            if not self.closing and not inline[0]:
                 self._pump()
+
+        if pending.start is not None:   # a forward: its callback answers, no task
+            pending.start(reply)
+            inline[0] = False
+            return
+        inline[0] = False
+        task = asyncio.get_running_loop().create_task(pending.result())
+        self._task = task
+
+        def done(task: asyncio.Task[Any]) -> None:
+            if task.cancelled():
+                self._task = None
+                self.busy = False
+                self._close_after_write()
+                return
+            reply(task.result())
 
         task.add_done_callback(done)
 

@@ -8,6 +8,7 @@ with several processes each one writes its snapshot to a shared run directory an
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import platform
 import threading
@@ -17,7 +18,8 @@ from typing import Any
 
 from flakekit.plugin import LATENCY_BUCKETS_S as FETCH_BUCKETS_S
 
-__all__ = ["ALERT_KINDS", "EVENTS", "LATENCY_BUCKETS_S", "RequestStats", "os_stats", "render"]
+__all__ = ["ALERT_KINDS", "EVENTS", "FIRST_BUCKET_NS", "LATENCY_BUCKETS_S", "RequestStats",
+           "bucket", "new_histogram", "os_stats", "render"]
 
 #: request latency histogram bounds, seconds
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -65,14 +67,25 @@ def os_stats() -> dict[str, float]:
         return {}
 
 
-class RequestStats:
-    """Requests by route and status, latency histograms by route (event-loop thread only)."""
+def new_histogram() -> list[int]:
+    """Bucket counts (``LATENCY_BUCKETS_S`` and +Inf), then the sum (ns) and the count."""
+    return [0] * (len(_BOUNDS_NS) + 3)
 
-    __slots__ = ("connections", "latency", "requests", "rejected_connections")
+
+class RequestStats:
+    """Requests by route and status, latency histograms by route (event-loop thread only).
+
+    The Leaf ID URLs' successful answers are counted apart, in one histogram per route
+    that the transport updates in place (:meth:`ok_histogram`: no tuple, no Counter, no
+    call per request); :meth:`snapshot` adds them to the rest, so ``/metrics`` is the same.
+    """
+
+    __slots__ = ("connections", "latency", "ok", "rejected_connections", "requests")
 
     def __init__(self) -> None:
         self.requests: Counter[tuple[str, int]] = Counter()
         self.latency: dict[str, list[int]] = {}   # route -> bucket counts + [sum_ns, count]
+        self.ok: dict[Any, tuple[str, list[int]]] = {}   # key -> route, its 200s' histogram
         self.connections = 0
         self.rejected_connections = 0
 
@@ -80,18 +93,42 @@ class RequestStats:
         self.requests[route, status] += 1
         h = self.latency.get(route)
         if h is None:
-            h = self.latency[route] = [0] * (len(_BOUNDS_NS) + 3)
+            h = self.latency[route] = new_histogram()
         h[bisect.bisect_left(_BOUNDS_NS, elapsed_ns)] += 1
         h[-2] += elapsed_ns
         h[-1] += 1
 
+    def ok_histogram(self, key: Any, route: str) -> list[int]:
+        """A histogram of 200 answers counted under ``route`` (one per ``key``, e.g. per
+        URL, so its count is also that URL's), for the caller to update in place
+        (``h[bucket(ns)] += 1; h[-2] += ns; h[-1] += 1``)."""
+        got = self.ok.get(key)
+        if got is None:
+            got = self.ok[key] = (route, new_histogram())
+        return got[1]
+
     def snapshot(self) -> dict[str, Any]:
+        requests = Counter(self.requests)
+        latency = {route: list(h) for route, h in self.latency.items()}
+        for route, ok in self.ok.values():
+            if not ok[-1]:
+                continue
+            requests[route, 200] += ok[-1]
+            merged = latency.setdefault(route, new_histogram())
+            for i, n in enumerate(ok):
+                merged[i] += n
         return {
-            "requests": [[route, status, n] for (route, status), n in self.requests.items()],
-            "latency": {route: list(h) for route, h in self.latency.items()},
+            "requests": [[route, status, n] for (route, status), n in requests.items()],
+            "latency": latency,
             "connections": self.connections,
             "rejected_connections": self.rejected_connections,
         }
+
+
+#: the bucket of a latency in ns (an index into a histogram of :func:`new_histogram`)
+bucket = functools.partial(bisect.bisect_left, _BOUNDS_NS)
+#: latencies below this many ns fall in the first bucket (the transport's shortcut)
+FIRST_BUCKET_NS = _BOUNDS_NS[0]
 
 
 class _Events:

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from server_testing import Server
 
 from flakekit.values.formats import IdFormat
@@ -52,3 +54,24 @@ def test_decode_reads_the_string_back(api):
 def test_bad_format_is_a_400(api):
     status, data = api.json("/api/v1/next/orders?format=base63")
     assert status == 400 and "an encoding (decimal, hex, base62, base32)" in data["message"]
+
+
+@given(start=st.one_of(st.integers(0, 3000), st.integers(0, 2**63 - 10_000)),
+       lengths=st.lists(st.integers(0, 4500), min_size=1, max_size=3),
+       gap=st.integers(1, 5000), sep=st.sampled_from([b",", b'","', b"\n"]))
+def test_decimal_join_writes_what_str_writes(start, lengths, gap, sep):
+    """Batches are written in bulk (a block of 1,000 consecutive IDs in one join): the
+    same bytes as str() of every ID, at any start (below 1,000 too) and block edge."""
+    from flakekit_server.app import decimal_join
+
+    from flakekit.values.batch import IdBatch
+
+    ranges = []
+    for n in lengths:
+        ranges.append(range(start, start + n))
+        start += n + gap
+    want = sep.decode().join(str(i) for r in ranges for i in r).encode()
+    assert decimal_join(IdBatch(ranges), sep) == want
+    assert decimal_join(ranges[0], sep) == sep.decode().join(map(str, ranges[0])).encode()
+    assert decimal_join(range(start, start + 3 * gap, 3), sep) == sep.join(
+        b"%d" % i for i in range(start, start + 3 * gap, 3))

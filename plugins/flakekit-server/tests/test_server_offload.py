@@ -23,10 +23,16 @@ class ThreadSpy:
     def __init__(self, gen):
         self.gen = gen
         self.threads: list[str] = []
+        if hasattr(gen, "try_next_ids"):   # a segment key's batch from memory (never waits)
+            self.try_next_ids = self._try_next_ids
 
     def next_ids(self, n):
         self.threads.append(threading.current_thread().name)
         return self.gen.next_ids(n)
+
+    def _try_next_ids(self, n):
+        self.threads.append(threading.current_thread().name)
+        return self.gen.try_next_ids(n)
 
     def __getattr__(self, name):
         return getattr(self.gen, name)
@@ -142,7 +148,7 @@ def test_the_loop_answers_other_work_between_slices(service):
         return answer[2]
 
     body = asyncio.run(main())
-    assert turns >= 100_000 // app.ENCODE_SLICE
+    assert turns >= 100_000 // app.DECIMAL_SLICE   # decimal IDs: written in bulk slices
     assert len(json.loads(body)["ids"]) == 100_000
 
 
@@ -161,3 +167,24 @@ def test_two_large_batches_of_one_generator_are_drawn_one_after_the_other(servic
     a, b = (json.loads(r[2])["ids"] for r in asyncio.run(both()))
     assert len(a) == len(b) == count
     assert max(a) < min(b) or max(b) < min(a)
+
+
+def test_a_segment_key_with_empty_buffers_is_drawn_off_the_loop(service):
+    """The Leaf URL of a segment key draws with try_next_id on the loop (never waits for
+    the database); when its buffers are empty the transport answers draw_later(), which
+    draws in a worker thread."""
+    name, draw, route, _ = service.fast[b"/api/segment/get/invoice"]
+    gen = service.generators[name]
+    assert draw == gen.try_next_id and route == "leaf_segment"
+    seen: list[str] = []
+
+    class Spy:
+        def next_id(self):
+            seen.append(threading.current_thread().name)
+            return gen.next_id()
+
+    pending = service.draw_later(name, route, Spy())
+    status, _, body, _, got_route = asyncio.run(pending.result())
+    assert (status, got_route) == (200, "leaf_segment") and int(body) >= 1
+    assert seen and seen[0].startswith("flakekit-server-draw")
+    assert service.issued_count(name) >= 1
