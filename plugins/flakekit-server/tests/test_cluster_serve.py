@@ -146,13 +146,30 @@ def test_plain_keys_stay_per_node(trio):
         assert status == 200 and body.isdigit() and "x-flakekit-owner-epoch" not in headers
 
 
-def test_workers_with_cluster_exit_2(tmp_path, cluster_db):
-    """--workers N > 1 with [cluster]: refused before anything starts, one line."""
+@pytest.mark.parametrize(("args", "field"), [
+    # each process advertises a port of its own: a URL is needed, and fixed ports
+    (["--port", "0", "--member-port", "20000"], "--advertise"),
+    (["--port", "0", "--advertise", "http://127.0.0.1:1"], "--member-port"),
+    (["--port", "20000", "--member-port", "19999", "--advertise", "http://127.0.0.1:1"],
+     "--member-port"),    # the private ports 19999-20000 take in the public one
+    (["--port", "65535", "--advertise", "http://127.0.0.1:1"], "--member-port"),
+])
+def test_workers_with_cluster_bad_ports_exit_2(tmp_path, cluster_db, args, field):
+    """--workers 2 with [cluster] needs --advertise and fixed private ports beside the
+    public one: refused before anything starts, one line naming the flag."""
     config = cluster_config(tmp_path / "c.toml", cluster_db)
-    run = run_cli("serve", "--config", str(config), "--workers", "2", "--port", "0",
-                  "--node", "n0", "--advertise", "http://127.0.0.1:1")
+    run = run_cli("serve", "--config", str(config), "--workers", "2", "--node", "n0", *args)
     assert run.returncode == 2, run.stderr
-    assert "--workers" in run.stderr and "Traceback" not in run.stderr
+    assert field in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_member_port_without_cluster_workers_exit_2(tmp_path, cluster_db):
+    """--member-port with one process: it names the processes' ports, so it is refused."""
+    config = cluster_config(tmp_path / "c.toml", cluster_db)
+    run = run_cli("serve", "--config", str(config), "--port", "0", "--member-port", "20000",
+                  "--node", "n0", "--advertise", "http://127.0.0.1:1")
+    assert run.returncode == 2 and "--member-port" in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
