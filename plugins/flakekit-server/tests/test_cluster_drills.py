@@ -53,17 +53,22 @@ LEAF = f"/api/segment/get/{STRICT_KEY}"
 HISTORY: list[Record] = []
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["workers1", "workers2"])
-def cluster(tmp_path_factory: pytest.TempPathFactory,
-            request: pytest.FixtureRequest) -> Iterator[Cluster]:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three nodes of one process (default settings); see :func:`drill_cluster`.
+    test_cluster_drills_workers.py runs every drill here again on ``--workers 2`` nodes."""
+    yield from drill_cluster(tmp_path_factory, workers=1)
+
+
+def drill_cluster(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[Cluster]:
     """Three nodes (default settings) on a fresh database; strict keys ``order`` (step
-    20), ``ticket`` (step 5) and ``stock`` (step 1,000,000). Every drill runs twice: on
-    nodes of one process, and on ``serve --workers 2`` nodes (each process a member
-    ``NODE.i``: a drill's "node" is then both of its processes)."""
-    HISTORY.clear()   # one history per cluster (pytest runs each param's drills together)
+    20), ``ticket`` (step 5) and ``stock`` (step 1,000,000). With ``workers`` > 1 every
+    node is ``serve --workers N`` (each process a member ``NODE.i``: a drill's "node" is
+    then all of its processes)."""
+    HISTORY.clear()   # one history per cluster
     for url in fresh_pg():
         create_keys(url, {STRICT_KEY: 20, TICKET: 5, STOCK: 1_000_000, "invoice": 100})
-        made = Cluster(tmp_path_factory.mktemp("drills"), url, 3, request.param,
+        made = Cluster(tmp_path_factory.mktemp("drills"), url, 3, workers,
                        strict={"orders": STRICT_KEY, "tickets": TICKET, "stocks": STOCK})
         try:
             made.start()
