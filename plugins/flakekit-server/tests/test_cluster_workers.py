@@ -1,6 +1,9 @@
 """Drills of a cluster node on several processes (``serve --workers 2`` with ``[cluster]``):
 each process is member ``NODE.i`` on a private port of its own (docs/server.md). Real
 nodes, a real PostgreSQL database (and ZooKeeper once); clients record what they saw.
+What a node of several processes adds to the drills of test_cluster_drills_workers.py:
+one process killed (not the node), one identity started twice, the client's routing to
+a process, a drain of both members, a start-up cut short.
 
 Asserted in every drill: no ID twice (I1), per key strictly increasing as clients see it
 (I2), and no ID outside a valid lease: an answer never carries a lower owner epoch than
@@ -88,6 +91,24 @@ def test_members_ports_and_routing(start_cluster):
     resp = conn.getresponse()
     assert resp.status == 200 and resp.getheader("X-Flakekit-Relayed-From") is None
     conn.close()
+
+
+def test_client_routes_to_the_owning_process(start_cluster):
+    """flakekit's client, given one node's public URL, reads the view (four members, each
+    with its own URL) and sends the strict key straight to the owning process's port."""
+    from flakekit.client import Client
+
+    cluster = start_cluster(2, workers=WORKERS)
+    owner = cluster.wait_agreed()["owners"][STRICT_KEY]
+    node = cluster.node(owner)
+    with Client(f"http://127.0.0.1:{cluster.nodes[0].port}") as client:
+        ids = [client.next_id("orders") for _ in range(20)]
+        view = client.view()
+        assert view is not None
+        assert {m.node for m in view.members} == {"n0.0", "n0.1", "n1.0", "n1.1"}
+        assert client.routing.owner_base("orders") == \
+            f"http://127.0.0.1:{node.member_port(owner)}"
+    assert ids == sorted(ids) and len(set(ids)) == 20
 
 
 def test_owner_process_killed_is_restarted_and_the_key_moves_safely(start_cluster):
