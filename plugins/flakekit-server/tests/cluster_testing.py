@@ -33,7 +33,7 @@ from server_testing import Server, create_keys, fresh_pg, run_cli
 from flakekit.testing.databases import free_port, proxied
 from flakekit.testing.proxy import TcpProxy
 
-__all__ = ["Cluster", "Node", "Record", "Recorder", "check_i1", "check_i2", "cluster_config",
+__all__ = ["Cluster", "Node", "Process", "Record", "Recorder", "check_i1", "check_i2", "cluster_config",
            "cluster_db", "metric", "start_cluster", "trio", "unavailable_ms"]
 
 STRICT_KEY = "order"
@@ -74,16 +74,18 @@ def _cluster_tables(url: str) -> None:
 
 
 def free_ports(n: int) -> int:
-    """The first of ``n`` consecutive loopback ports nothing listens on right now."""
+    """The first of ``n`` consecutive loopback ports nothing listens on right now, below
+    the kernel's ephemeral range: a port there may be taken by an outgoing connection
+    while its node is down, and a restarted node must get its ports back."""
+    import random
     import socket
 
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     while True:
-        first = free_port()
-        if first + n > 65536:
-            continue
+        first = random.randrange(max(1024, low - 12000), low - n)
         socks = []
         try:
-            for port in range(first + 1, first + n):
+            for port in range(first, first + n):
                 sock = socket.socket()
                 socks.append(sock)
                 sock.bind(("127.0.0.1", port))
@@ -93,6 +95,22 @@ def free_ports(n: int) -> int:
         finally:
             for sock in socks:
                 sock.close()
+
+
+@attrs.frozen
+class Process:
+    """One process of a node, at its private port (``serve --workers N``)."""
+
+    port: int
+
+    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
 
 
 @attrs.define
@@ -120,14 +138,13 @@ class Node:
         """The port a member of this node advertises (its private one)."""
         return self.port if self.workers == 1 else self.port + 1 + self.members.index(member)
 
+    def process(self, member: str) -> Process:
+        """The one process that is ``member``, asked at its private port."""
+        return Process(self.member_port(member))
+
     def process_pid(self, member: str) -> int:
         """The pid of the process that is ``member`` now (its /health says)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.member_port(member), timeout=10)
-        try:
-            conn.request("GET", "/health")
-            return int(json.loads(conn.getresponse().read())["pid"])
-        finally:
-            conn.close()
+        return int(json.loads(self.process(member).get("/health")[2])["pid"])
 
     def pids(self) -> list[int]:
         """The supervisor's pid and its worker processes' (just the one with 1 worker)."""
@@ -375,7 +392,7 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             cluster.close()
 
 
-def metric(node: Node, name: str, /, **labels: str) -> float:
+def metric(node: Node | Process, name: str, /, **labels: str) -> float:
     """One sample of ``node``'s /metrics (0 when the series is absent)."""
     want = {k: str(v) for k, v in labels.items()}
     for line in node.get("/metrics")[2].decode().splitlines():
