@@ -126,8 +126,11 @@ def handoffs_taken(node: Node) -> float:
 
 
 def node_metric(node: Node, name: str) -> float:
-    """A cluster metric summed over the node's members (its processes)."""
-    return sum(metric(node, name, node=m) for m in node.members)
+    """A cluster metric summed over the node's members, each asked at its own port
+    (with --workers 2 the public port's /metrics shows a sibling's copy, which lagged
+    by more than 10 s on a loaded machine)."""
+    return sum(metric(node if node.workers == 1 else node.process(m), name, node=m)
+               for m in node.members)
 
 
 def member_names(cluster: Cluster, node: str) -> list[str]:
