@@ -183,7 +183,11 @@ def status(config_path: str | None, as_json: bool) -> None:
 
 def drain_node(kit: Kit, node: str, undo: bool = False) -> dict[str, Any]:
     """Mark ``node`` draining and propose the view without it (``undo``: alive again and
-    back in the view if its lease is current); what moved."""
+    back in the view if its lease is current); what moved. A node served by several
+    processes (``serve --workers N``: members ``node.0``, ``node.1``...) is drained as
+    one: every process of it in one view change."""
+    from flakekit.cluster.processes import processes_of
+
     spec = kit.config.cluster
     membership: Membership | None = kit.membership
     assert spec is not None and membership is not None
@@ -191,52 +195,65 @@ def drain_node(kit: Kit, node: str, undo: bool = False) -> dict[str, Any]:
     infos = {i.node: i for i in _read("listing the members", where, membership.members,
                                       spec.name)}
     view = _read("reading the view", where, membership.view, spec.name)
-    if node not in infos and node not in view.nodes():
-        raise UnknownNameError("NODE", "member", node, {*infos, *view.nodes()})
-    was_draining = node in infos and infos[node].state == "draining"
-    mark = _read("marking the member", where, membership.set_draining, spec.name, node,
-                 not undo)
+    known = {*infos, *view.nodes()}
+    names = [node] if node in known else processes_of(node, known)
+    if not names:
+        raise UnknownNameError("NODE", "member", node, known)
+    was = {n: n in infos and infos[n].state == "draining" for n in names}
+    marked: list[str] = []
     try:
-        return _propose_drain(kit, membership, node, undo, mark, infos, view)
+        for name in names:
+            if _read("marking the member", where, membership.set_draining, spec.name, name,
+                     not undo):
+                marked.append(name)
+        result = _propose_drain(kit, membership, names, undo, infos, view)
     except BaseException:
-        # nothing half-done: a drain that could not move the view leaves the mark as it
-        # was (best effort: the error that stopped the drain is the one to report)
-        if mark and was_draining != (not undo):
-            try:
-                membership.set_draining(spec.name, node, was_draining)
-            except FlakekitError as exc:
-                import logging  # only here: the cluster commands start without it
+        # nothing half-done: a drain that could not move the view leaves the marks as they
+        # were (best effort: the error that stopped the drain is the one to report)
+        for name in marked:
+            if was[name] != (not undo):
+                try:
+                    membership.set_draining(spec.name, name, was[name])
+                except FlakekitError as exc:
+                    import logging  # only here: the cluster commands start without it
 
-                logging.getLogger("flakekit.cli").warning(
-                    "cluster %s: could not put %s's draining mark back: %s", spec.name, node,
-                    exc)
+                    logging.getLogger("flakekit.cli").warning(
+                        "cluster %s: could not put %s's draining mark back: %s", spec.name,
+                        name, exc)
         raise
+    result.update(node=node, marked=bool(marked))
+    if names != [node]:
+        result["members"] = names
+    return result
 
 
-def _propose_drain(kit: Kit, membership: Membership, node: str, undo: bool, mark: bool,
+def _propose_drain(kit: Kit, membership: Membership, names: list[str], undo: bool,
                    infos: dict[str, MemberInfo], view: View) -> dict[str, Any]:
     spec = kit.config.cluster
     assert spec is not None
     where = membership.where
     keys = [gen.key for gen in kit.strict_generators()]
-    result: dict[str, Any] = {"cluster": spec.name, "node": node,
-                              "action": "undrain" if undo else "drain", "marked": mark,
+    result: dict[str, Any] = {"cluster": spec.name,
+                              "action": "undrain" if undo else "drain",
                               "from_epoch": view.epoch, "epoch": view.epoch, "moved": {}}
     for _ in range(PROPOSE_ATTEMPTS):
         if undo:
-            info = infos.get(node)
-            if node in view.nodes() or info is None or info.state not in ("alive", "draining"):
-                result["state"] = info.state if info else "missing"
+            back = [i for n in names if (i := infos.get(n)) is not None
+                    and n not in view.nodes() and i.state in ("alive", "draining")]
+            if not back:
+                first = infos.get(names[0])
+                result["state"] = first.state if first else "missing"
                 return result  # in the view already, or it rejoins once alive
-            members = sorted([*view.members, info.member])
+            members = sorted([*view.members, *(i.member for i in back)])
         else:
-            members = [m for m in view.members if m.node != node]
+            members = [m for m in view.members if m.node not in names]
             if len(members) == len(view.members):
                 return result  # not in the view: nothing moves
             if not members:
-                raise ConfigError("NODE", f"{node!r} is the only member of view epoch "
-                                  f"{view.epoch}: no node would own the strict keys; start "
-                                  "another node first")
+                who = (f"{names[0]!r} is the only member" if len(names) == 1 else
+                       f"{', '.join(map(repr, names))} are the only members")
+                raise ConfigError("NODE", f"{who} of view epoch {view.epoch}: no node would "
+                                  "own the strict keys; start another node first")
         new = _read("proposing a view", where, membership.propose, spec.name, view.epoch,
                     members)
         if new is not None:
@@ -279,8 +296,9 @@ def drain(node: str, undo: bool, config_path: str | None, as_json: bool) -> None
             click.echo(f"{node!r} is already {where} view epoch {result['epoch']}; "
                        f"{'marked alive' if undo else 'marked draining'}, nothing moves")
         return
-    click.echo(f"{verb} {node!r}: view epoch {result['from_epoch']} -> {result['epoch']} "
-               f"({', '.join(result['view']) or 'no members'})")
+    processes = f" (members {', '.join(result['members'])})" if "members" in result else ""
+    click.echo(f"{verb} {node!r}{processes}: view epoch {result['from_epoch']} -> "
+               f"{result['epoch']} ({', '.join(result['view']) or 'no members'})")
     for key, move in result["moved"].items():
         click.echo(f"  {key}: {move['from'] or '-'} -> {move['to'] or '-'}")
     click.echo(f"  {len(result['moved'])} strict keys moved, {result['kept']} kept their owner")

@@ -172,6 +172,9 @@ class ServerOptions:
     #: cluster mode: ``--node`` / ``--advertise`` (override the config's ``[cluster]``)
     node: str | None = None
     advertise: str | None = None
+    #: cluster mode with ``--workers N``: the first private port of the node's processes
+    #: (``--member-port``; default ``port + 1``; see flakekit.cluster.processes)
+    member_port: int | None = None
 
 
 class HttpError(Exception):

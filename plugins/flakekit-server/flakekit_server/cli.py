@@ -56,7 +56,8 @@ SERVE_ENV_EPILOG = (
               help="Port (0: any free port, printed at start).")
 @click.option("--workers", "-w", default=1, show_default=True, type=click.IntRange(0, 256),
               envvar="FLAKEKIT_SERVER_WORKERS", show_envvar=True,
-              help="Processes, each with its own worker lease (0: one per core).")
+              help="Processes, each with its own worker lease (0: one per core); in cluster mode "
+              "each is a member of its own (see --member-port).")
 @click.option("--max-count", default=100_000, show_default=True, type=click.IntRange(1, 10_000_000),
               envvar="FLAKEKIT_SERVER_MAX_COUNT", show_envvar=True,
               help="Largest batch (count=) one request may ask for.")
@@ -85,6 +86,9 @@ SERVE_ENV_EPILOG = (
 @click.option("--advertise", default=None, metavar="URL",
               help="Cluster mode: the URL peers and clients reach this node at, e.g. "
               "http://10.0.0.5:8080 (overrides $FLAKEKIT_ADVERTISE and [cluster] advertise).")
+@click.option("--member-port", default=None, type=click.IntRange(1, 65535), metavar="PORT",
+              help="Cluster mode with --workers N: process i is member NODE.i, listens on "
+              "PORT+i as well and advertises that port (default: --port + 1).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="warning", show_default=True, envvar="FLAKEKIT_SERVER_LOG_LEVEL",
               show_envvar=True)
@@ -92,7 +96,8 @@ def serve_command(
     config_path: str | None, host: str, port: int, workers: int, max_count: int,
     token_file: str | None, snowflake_default: str | None, max_connections: int,
     idle_timeout: float, header_timeout: float, grace: float, loop: str,
-    offload_count: int | None, node: str | None, advertise: str | None, log_level: str,
+    offload_count: int | None, node: str | None, advertise: str | None,
+    member_port: int | None, log_level: str,
 ) -> None:
     """Serve IDs over HTTP: Leaf's /api/segment/get/KEY and /api/snowflake/get/KEY, a JSON
     API with batches, /metrics, /health, /ready and a monitor page at /."""
@@ -115,7 +120,7 @@ def serve_command(
         tokens=load_tokens(token_file, config.generators), snowflake_default=snowflake_default,
         max_connections=max_connections, idle_timeout=idle_timeout,
         header_timeout=header_timeout, grace=grace, loop=loop, offload_count=offload,
-        node=node, advertise=advertise,
+        node=node, advertise=advertise, member_port=member_port,
     )
     # check everything that can be checked before any process starts or lease is taken
     from flakekit.embed import build_kit, get_host

@@ -46,8 +46,9 @@ class ServeError(FlakekitError):
     """The server could not start (a worker failed, the port is taken...)."""
 
 
-def check_config(config: Any, options: ServerOptions) -> None:
-    """Refuse what cannot be served safely, before any process starts."""
+def check_config(config: Any, options: ServerOptions) -> Any:
+    """Refuse what cannot be served safely, before any process starts; returns this
+    node's resolved cluster settings (None without ``[cluster]``)."""
     from flakekit.embed import build_kit, get_host
 
     # built, not started: nothing is leased or fetched; this node's cluster identity is
@@ -55,15 +56,16 @@ def check_config(config: Any, options: ServerOptions) -> None:
     kit = build_kit(config, get_host(), as_member=False)
     try:
         infos = {name: kit.describe(name) for name in kit}
+        settings = None
         if config.cluster is not None:
-            kit.cluster_settings(node=options.node, advertise=options.advertise)
+            settings = kit.cluster_settings(node=options.node, advertise=options.advertise)
     finally:
         kit.close()  # never started: releases nothing, closes the engines
-    if config.cluster is not None and options.workers != 1:
-        raise ConfigError(
-            "--workers", f"cluster mode serves with one process per node (got --workers "
-            f"{options.workers}): run more nodes, each with its own --node and --advertise, "
-            "or use --workers 1")
+    if settings is not None and options.workers > 1:
+        check_member_ports(settings, options)
+    elif options.member_port is not None:
+        raise ConfigError("--member-port", "--member-port is the first private port of a "
+                          "cluster node's processes: it needs [cluster] and --workers 2 or more")
     if options.node is not None or options.advertise is not None:
         if config.cluster is None:
             flag = "--node" if options.node is not None else "--advertise"
@@ -86,6 +88,34 @@ def check_config(config: Any, options: ServerOptions) -> None:
 
             raise UnknownNameError("--snowflake-default", "snowflake generator",
                                    options.snowflake_default, known)
+    return settings
+
+
+def member_port(options: ServerOptions, process: int) -> int:
+    """The private port of process ``process`` of a cluster node (``--member-port``,
+    default ``--port`` + 1, plus the process index)."""
+    first = options.member_port if options.member_port is not None else options.port + 1
+    return first + process
+
+
+def check_member_ports(settings: Any, options: ServerOptions) -> None:
+    """A cluster node on N processes: every process is a member advertising a port of
+    its own (:mod:`flakekit.cluster.processes`), so the node needs an advertise URL and
+    N fixed ports beside the public one."""
+    if not settings.advertise:
+        raise ConfigError("--advertise", f"--workers {options.workers} in cluster mode: each "
+                          "process advertises a port of its own on the node's host, so the "
+                          "node needs --advertise (or $FLAKEKIT_ADVERTISE, [cluster] advertise), "
+                          "e.g. http://10.0.0.5:8080")
+    if options.member_port is None and options.port == 0:
+        raise ConfigError("--member-port", f"--workers {options.workers} in cluster mode with "
+                          "--port 0: the processes' private ports must stay the same across "
+                          "restarts; pass --port N or --member-port N")
+    first, last = member_port(options, 0), member_port(options, options.workers - 1)
+    if first < 1 or last > 65535 or first <= options.port <= last:
+        raise ConfigError("--member-port", f"the private ports of {options.workers} processes "
+                          f"({first}-{last}) must lie within 1-65535 and leave out the public "
+                          f"--port {options.port}; pass another --member-port")
 
 
 def make_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
@@ -136,8 +166,11 @@ def _identity(port: int, process: int) -> Any:
 def run_worker(
     config: Any, options: ServerOptions, sock: socket.socket, *, process: int = 0,
     run_dir: str | None = None, on_ready: Callable[[IdService], None] | None = None,
+    member_sock: socket.socket | None = None,
 ) -> int:
-    """Build and start the kit, serve on ``sock`` until SIGTERM/SIGINT, then clean up."""
+    """Build and start the kit, serve on ``sock`` until SIGTERM/SIGINT, then clean up.
+    ``member_sock``: this process's private listener (a cluster node on several
+    processes: the port its member advertises, where forwarded requests arrive)."""
     from flakekit.embed import build_kit, get_host
     from flakekit_server.http import HttpProtocol, ServerState, sweeper
 
@@ -192,8 +225,9 @@ def run_worker(
         gc.collect()
         gc.freeze()
         state = ServerState(options)
-        server = loop.run_until_complete(loop.create_server(
-            lambda: HttpProtocol(service, state), sock=sock, backlog=2048))
+        servers = [loop.run_until_complete(loop.create_server(
+            lambda: HttpProtocol(service, state), sock=s, backlog=2048))
+            for s in ([sock] if member_sock is None else [sock, member_sock])]
         sweep = loop.create_task(sweeper(state))
         publisher = loop.create_task(_publish(service))
         if on_ready is not None:
@@ -207,7 +241,8 @@ def run_worker(
                 service.write_snapshot()   # the last one says "shutting down"
             except OSError:
                 pass
-        server.close()
+        for server in servers:
+            server.close()
         state.close_idle()
         sweep.cancel()
         loop.run_until_complete(state.finish(options.grace))
@@ -255,22 +290,23 @@ async def _publish(service: IdService, interval: float = 1.0) -> None:
         await asyncio.sleep(interval)
 
 
-def _announce(options: ServerOptions, port: int, processes: int, stack: str) -> None:
+def _announce(options: ServerOptions, port: int, processes: int, stack: str,
+              members: str = "") -> None:
     host = f"[{options.host}]" if ":" in options.host else options.host
     print(f"flakekit serve: listening on http://{host}:{port} ({processes} "
-          f"process{'es' if processes > 1 else ''}, {stack})", flush=True)
+          f"process{'es' if processes > 1 else ''}, {stack}{members})", flush=True)
 
 
 def serve(config: Any, options: ServerOptions) -> int:
     """Serve ``config`` until SIGTERM/SIGINT; returns the exit status."""
-    check_config(config, options)
+    settings = check_config(config, options)
     if options.workers == 1:
         sock = make_socket(options.host, options.port, reuse_port=False)
         port = sock.getsockname()[1]
         options = _with_port(options, port)
         return run_worker(config, options, sock, on_ready=lambda s: _announce(
             options, port, 1, s.stack))
-    return Supervisor(config, options).run()
+    return Supervisor(config, options, settings).run()
 
 
 def _with_port(options: ServerOptions, port: int) -> ServerOptions:
@@ -283,8 +319,11 @@ def _with_port(options: ServerOptions, port: int) -> ServerOptions:
 class Supervisor:
     """Forks the worker processes, restarts dead ones, stops them all on a signal."""
 
-    def __init__(self, config: Any, options: ServerOptions) -> None:
+    def __init__(self, config: Any, options: ServerOptions, cluster: Any = None) -> None:
         self.config = config
+        #: the node's ClusterSettings (cluster mode): every process joins as a member of
+        #: its own, ``<node>.<i>`` at ``member_port(i)`` (flakekit.cluster.processes)
+        self.cluster = cluster
         # SHARE_SOCKET: one listening socket, inherited by every worker; a busy worker
         # accepts less, so load evens out even with few client connections. Otherwise
         # SO_REUSEPORT: the kernel hashes connections onto per-process sockets (the
@@ -323,6 +362,9 @@ class Supervisor:
                 else:
                     self.anchor.close()
                     sock = make_socket(self.options.host, self.port, reuse_port=True)
+                options, member_sock = self.options, None
+                if self.cluster is not None:
+                    options, member_sock = self._member(index)
 
                 def ready(service: IdService) -> None:
                     service.write_snapshot()
@@ -330,8 +372,9 @@ class Supervisor:
                     os.close(w)
                     pipe_open[0] = False
 
-                status = run_worker(self.config, self.options, sock, process=index,
-                                    run_dir=self.run_dir, on_ready=ready)
+                status = run_worker(self.config, options, sock, process=index,
+                                    run_dir=self.run_dir, on_ready=ready,
+                                    member_sock=member_sock)
             except BaseException as exc:  # report to the parent, then exit
                 from flakekit.embed import USAGE_ERRORS
 
@@ -356,6 +399,29 @@ class Supervisor:
         os.close(w)
         self.children[pid] = index
         return pid, r
+
+    def _member(self, index: int) -> tuple[ServerOptions, socket.socket]:
+        """Process ``index``'s member identity and private listener (in the child)."""
+        import attrs
+
+        from flakekit.cluster.processes import process_advertise, process_node
+
+        port = member_port(self.options, index)
+        sock = make_socket(self.options.host, port, reuse_port=False)
+        return attrs.evolve(
+            self.options, node=process_node(self.cluster.node, index),
+            advertise=process_advertise(self.cluster.advertise, port)), sock
+
+    def _members(self) -> str:
+        """The banner's list of this node's members (cluster mode)."""
+        if self.cluster is None:
+            return ""
+        from flakekit.cluster.processes import process_node
+
+        last = self.options.workers - 1
+        return (f"; cluster members {process_node(self.cluster.node, 0)} .. "
+                f"{process_node(self.cluster.node, last)} on ports "
+                f"{member_port(self.options, 0)}-{member_port(self.options, last)}")
 
     def _read_status(self, r: int, timeout: float) -> dict[str, Any]:
         import select
@@ -411,7 +477,7 @@ class Supervisor:
                     raise ConfigError("", failure["error"])
                 raise ServeError(f"a worker process failed to start: {failure['error']}")
             self._publish()
-            _announce(self.options, self.port, self.options.workers, stack)
+            _announce(self.options, self.port, self.options.workers, stack, self._members())
             while not stop.is_set():
                 self._reap(restart=True)
                 self._publish()
@@ -486,7 +552,10 @@ class Supervisor:
         now = time.monotonic()
         last = self.restarts.get(index)
         self.restarts[index] = now
-        return 0.5 if last is None or now - last > 60 else min(30.0, max(1.0, (now - last) * 2))
+        # a cluster process restarted after a crash is refused until its own lease lapses
+        # (the membership fences one identity to one process): try again soon, not later
+        cap = 2.0 if self.cluster is not None else 30.0
+        return 0.5 if last is None or now - last > 60 else min(cap, max(1.0, (now - last) * 2))
 
     def _stop_all(self) -> None:
         self.stopping = True

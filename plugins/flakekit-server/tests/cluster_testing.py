@@ -4,7 +4,11 @@ database (per test) holding the membership, the key fence and the segments.
 Each node reaches the database through its own :class:`~flakekit.testing.proxy.TcpProxy`
 (``cluster.proxies[i].cut()`` / ``stall()`` partitions that node from the store alone),
 listens on a fixed port of its own (so a restarted node keeps its advertise URL), and is
-started with ``--node`` / ``--advertise``. :class:`Recorder` fires concurrent requests
+started with ``--node`` / ``--advertise``. ``Cluster(..., workers=2)`` runs every node as
+``serve --workers 2``: each process is member ``NODE.i`` on port ``port + 1 + i``
+(docs/server.md); :meth:`Cluster.node` maps a member back to its node, and
+:meth:`Node.process_pid` names the process behind a member. :class:`Recorder` fires
+concurrent requests
 and keeps ``(start, end, id, node)`` of each, for the invariants of docs/cluster.md:
 no ID twice (I1) and, per key, an ID answered to a request that started after another
 ended is larger (I2).
@@ -30,7 +34,8 @@ from server_testing import Server, create_keys, fresh_pg, run_cli
 from flakekit.testing.databases import free_port, proxied
 from flakekit.testing.proxy import TcpProxy
 
-__all__ = ["Cluster", "Node", "Record", "Recorder", "check_i1", "check_i2", "cluster_config",
+__all__ = ["Cluster", "Node", "Process", "Record", "Recorder", "check_i1", "check_i2",
+           "cluster_config",
            "cluster_db", "metric", "start_cluster", "trio", "unavailable_ms"]
 
 STRICT_KEY = "order"
@@ -38,12 +43,14 @@ STRICT_KEY = "order"
 
 def cluster_config(path: Path, url: str, *, name: str = "drill",
                    strict: dict[str, str] | None = None, node_keys: dict[str, str] | None = None,
-                   cluster_extra: str = "") -> Path:
-    """``[cluster]`` on the SQL membership of backend ``main``, strict segment
+                   cluster_extra: str = "", membership: str | None = None) -> Path:
+    """``[cluster]`` on the SQL membership of backend ``main`` (or ``membership``, the
+    TOML inline table of another store), strict segment
     generators (generator -> key, default ``orders`` -> ``order``) and plain (per-node)
     ones (default ``invoices`` -> ``invoice``). Default lease and hand-off settings."""
+    membership = membership or '{ type = "sql", backend = "main" }'
     text = (f'[backends.main]\nurl = "{url}"\n\n[cluster]\nname = "{name}"\n'
-            f'membership = {{ type = "sql", backend = "main" }}\n{cluster_extra}\n')
+            f'membership = {membership}\n{cluster_extra}\n')
     for gen, key in (strict if strict is not None else {"orders": STRICT_KEY}).items():
         text += (f'[generators.{gen}]\nstrategy = "segment"\norder = "strict"\n'
                  f'store = {{ type = "sql", backend = "main" }}\nkey = "{key}"\n\n')
@@ -68,15 +75,89 @@ def _cluster_tables(url: str) -> None:
         engine.dispose()
 
 
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive loopback ports nothing listens on right now, below
+    the kernel's ephemeral range: a port there may be taken by an outgoing connection
+    while its node is down, and a restarted node must get its ports back."""
+    import random
+    import socket
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    while True:
+        first = random.randrange(max(1024, low - 12000), low - n)
+        socks = []
+        try:
+            for port in range(first, first + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+@attrs.frozen
+class Process:
+    """One process of a node, at its private port (``serve --workers N``)."""
+
+    port: int
+
+    def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+
 @attrs.define
 class Node:
-    """One member: its id, port, proxy to the database, config, and the running server."""
+    """One node: its id, port, proxy to the database, config, and the running server;
+    with ``workers`` > 1, processes ``NODE.0`` ... each a member on ``port + 1 + i``."""
 
     name: str
     port: int
     proxy: TcpProxy
     config: Path
     server: Server | None = None
+    workers: int = 1
+
+    @property
+    def members(self) -> list[str]:
+        """The member ids of this node's processes."""
+        if self.workers == 1:
+            return [self.name]
+        from flakekit.cluster.processes import process_node
+
+        return [process_node(self.name, i) for i in range(self.workers)]
+
+    def member_port(self, member: str) -> int:
+        """The port a member of this node advertises (its private one)."""
+        return self.port if self.workers == 1 else self.port + 1 + self.members.index(member)
+
+    def process(self, member: str) -> Process:
+        """The one process that is ``member``, asked at its private port."""
+        return Process(self.member_port(member))
+
+    def process_pid(self, member: str) -> int:
+        """The pid of the process that is ``member`` now (its /health says)."""
+        return int(json.loads(self.process(member).get("/health")[2])["pid"])
+
+    def pids(self) -> list[int]:
+        """The supervisor's pid and its worker processes' (just the one with 1 worker)."""
+        if self.server is None:
+            return []
+        pid = self.server.proc.pid
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            children = []
+        return [pid, *map(int, children)]
 
     @property
     def advertise(self) -> str:
@@ -99,9 +180,12 @@ class Node:
 class Cluster:
     """N nodes of one cluster (see the module docstring); ``stop()`` ends them all."""
 
-    def __init__(self, tmp: Path, url: str, n: int = 3, **config: Any) -> None:
+    def __init__(self, tmp: Path, url: str, n: int = 3, workers: int = 1,
+                 **config: Any) -> None:
         self.tmp = tmp
         self.url = url
+        #: ``serve --workers`` of every node (each process a member of its own)
+        self.workers = workers
         self.nodes: list[Node] = []
         #: names of the nodes SIGSTOPped now (never asked anything: they would not answer)
         self.paused: set[str] = set()
@@ -120,7 +204,8 @@ class Cluster:
         proxy = TcpProxy(self._db_port).start()
         path = cluster_config(self.tmp / f"node-{name}.toml", proxied(self.url, proxy),
                               **self._config)
-        node = Node(name, free_port(), proxy, path)
+        node = Node(name, free_ports(1 + self.workers) if self.workers > 1 else free_port(),
+                    proxy, path, workers=self.workers)
         self.nodes.append(node)
         return node
 
@@ -128,8 +213,9 @@ class Cluster:
     def start(self, i: int | None = None, *args: str, wait: bool = True) -> None:
         """Start node ``i`` (every node when None), each with ``--node`` and ``--advertise``."""
         for node in self.nodes if i is None else [self.nodes[i]]:
+            workers = ("--workers", str(node.workers)) if node.workers > 1 else ()
             node.server = Server(node.config, "--port", str(node.port), "--node", node.name,
-                                 "--advertise", node.advertise, *args, tmp=self.tmp,
+                                 "--advertise", node.advertise, *workers, *args, tmp=self.tmp,
                                  env={"FLAKEKIT_SERVER_LOG_LEVEL": "info"}, wait=wait)
 
     def restart(self, i: int, *args: str) -> None:
@@ -139,27 +225,39 @@ class Cluster:
     def stop(self, i: int | None = None, sig: int = signal.SIGTERM) -> None:
         for node in self.nodes if i is None else [self.nodes[i]]:
             if node.server is not None:
-                if sig == signal.SIGKILL:
-                    os.kill(node.server.proc.pid, signal.SIGKILL)
+                if sig == signal.SIGKILL:   # the supervisor first: it restarts nothing
+                    for pid in node.pids():
+                        os.kill(pid, signal.SIGKILL)
                 node.server.stop(sig)
                 node.server = None
                 self.paused.discard(node.name)
 
     def kill9(self, i: int) -> None:
-        """``kill -9`` node ``i`` (no release, no leave: its lease must lapse)."""
+        """``kill -9`` node ``i``, every process of it (no release, no leave: its leases
+        must lapse)."""
         self.stop(i, signal.SIGKILL)
 
+    def kill9_member(self, member: str) -> int:
+        """``kill -9`` the one process that is ``member`` (its node's supervisor restarts
+        it); its pid."""
+        pid = self.node(member).process_pid(member)
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
     def pause(self, i: int) -> None:
-        """SIGSTOP node ``i`` (a paused process: it believes it still owns its keys)."""
-        pid = self.nodes[i].pid
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
+        """SIGSTOP node ``i``, every process of it (a paused process: it believes it
+        still owns its keys)."""
+        pids = self.nodes[i].pids()
+        assert pids
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
         self.paused.add(self.nodes[i].name)
 
     def resume(self, i: int) -> None:
-        pid = self.nodes[i].pid
-        assert pid is not None
-        os.kill(pid, signal.SIGCONT)
+        pids = self.nodes[i].pids()
+        assert pids
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
         self.paused.discard(self.nodes[i].name)
 
     def index(self, node: Node) -> int:
@@ -168,10 +266,11 @@ class Cluster:
     def close(self) -> None:
         for node in self.nodes:
             if node.server is not None and node.server.proc.poll() is None:
-                try:
-                    os.kill(node.server.proc.pid, signal.SIGCONT)   # a paused one stops too
-                except ProcessLookupError:
-                    pass
+                for pid in node.pids():
+                    try:
+                        os.kill(pid, signal.SIGCONT)   # a paused one stops too
+                    except ProcessLookupError:
+                        pass
         self.stop()
         for node in self.nodes:
             node.proxy.stop()
@@ -199,9 +298,10 @@ class Cluster:
     def wait_agreed(self, timeout: float = 60.0, members: int | None = None,
                     among: list[Node] | None = None) -> dict[str, Any]:
         """Wait until every running node (or every node of ``among``) reports the same
-        view epoch with ``members`` serving members (default: the running nodes) and one
-        owner per strict key; returns that view. Paused nodes are not asked."""
-        want = len(self.running()) if members is None else members
+        view epoch with the processes of ``members`` nodes serving (default: the running
+        nodes) and one owner per strict key; returns that view. Paused nodes are not
+        asked."""
+        want = (len(self.running()) if members is None else members) * self.workers
         asked = {n.name for n in (self.reachable() if among is None else among)}
         deadline = time.monotonic() + timeout
         views: dict[str, dict[str, Any]] = {}
@@ -235,7 +335,8 @@ class Cluster:
                              f"{status} {body[:300]!r}\n" + self.logs())
 
     def node(self, name: str) -> Node:
-        return next(n for n in self.nodes if n.name == name)
+        """The node called ``name``, or whose process is member ``name``."""
+        return next(n for n in self.nodes if n.name == name or name in n.members)
 
     def owner_of(self, key: str = STRICT_KEY) -> Node:
         return self.node(self.wait_agreed()["owners"][key])
@@ -293,7 +394,7 @@ def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             cluster.close()
 
 
-def metric(node: Node, name: str, **labels: str) -> float:
+def metric(node: Node | Process, name: str, /, **labels: str) -> float:
     """One sample of ``node``'s /metrics (0 when the series is absent)."""
     want = {k: str(v) for k, v in labels.items()}
     for line in node.get("/metrics")[2].decode().splitlines():
@@ -309,11 +410,12 @@ def metric(node: Node, name: str, **labels: str) -> float:
 
 @pytest.fixture
 def start_cluster(tmp_path: Path, cluster_db: str) -> Iterator[Callable[..., Cluster]]:
-    """``start_cluster(n=3, **config)``: N running nodes that agree on a view."""
+    """``start_cluster(n=3, workers=1, **config)``: N running nodes (each ``serve
+    --workers``) that agree on a view."""
     made: list[Cluster] = []
 
-    def start(n: int = 3, *args: str, **config: Any) -> Cluster:
-        cluster = Cluster(tmp_path, cluster_db, n, **config)
+    def start(n: int = 3, *args: str, workers: int = 1, **config: Any) -> Cluster:
+        cluster = Cluster(tmp_path, cluster_db, n, workers, **config)
         made.append(cluster)
         cluster.start(None, *args)
         cluster.wait_agreed()

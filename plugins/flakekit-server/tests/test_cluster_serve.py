@@ -147,13 +147,30 @@ def test_plain_keys_stay_per_node(trio):
         assert status == 200 and body.isdigit() and "x-flakekit-owner-epoch" not in headers
 
 
-def test_workers_with_cluster_exit_2(tmp_path, cluster_db):
-    """--workers N > 1 with [cluster]: refused before anything starts, one line."""
+@pytest.mark.parametrize(("args", "field"), [
+    # each process advertises a port of its own: a URL is needed, and fixed ports
+    (["--port", "0", "--member-port", "20000"], "--advertise"),
+    (["--port", "0", "--advertise", "http://127.0.0.1:1"], "--member-port"),
+    (["--port", "20000", "--member-port", "19999", "--advertise", "http://127.0.0.1:1"],
+     "--member-port"),    # the private ports 19999-20000 take in the public one
+    (["--port", "65535", "--advertise", "http://127.0.0.1:1"], "--member-port"),
+])
+def test_workers_with_cluster_bad_ports_exit_2(tmp_path, cluster_db, args, field):
+    """--workers 2 with [cluster] needs --advertise and fixed private ports beside the
+    public one: refused before anything starts, one line naming the flag."""
     config = cluster_config(tmp_path / "c.toml", cluster_db)
-    run = run_cli("serve", "--config", str(config), "--workers", "2", "--port", "0",
-                  "--node", "n0", "--advertise", "http://127.0.0.1:1")
+    run = run_cli("serve", "--config", str(config), "--workers", "2", "--node", "n0", *args)
     assert run.returncode == 2, run.stderr
-    assert "--workers" in run.stderr and "Traceback" not in run.stderr
+    assert field in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_member_port_without_cluster_workers_exit_2(tmp_path, cluster_db):
+    """--member-port with one process: it names the processes' ports, so it is refused."""
+    config = cluster_config(tmp_path / "c.toml", cluster_db)
+    run = run_cli("serve", "--config", str(config), "--port", "0", "--member-port", "20000",
+                  "--node", "n0", "--advertise", "http://127.0.0.1:1")
+    assert run.returncode == 2 and "--member-port" in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
@@ -178,11 +195,14 @@ def test_node_flag_without_cluster_exit_2(tmp_path):
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
 
 
-def test_harness_owner_killed_key_moves_on(start_cluster):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_harness_owner_killed_key_moves_on(start_cluster, workers):
     """The drill harness end to end (round 2 builds on it): kill -9 the owner under load;
     the two others agree on a view without it, a new owner serves the key, and what the
-    clients saw has no duplicate and keeps I2 (refusals while the key moves are 503s)."""
-    cluster = start_cluster(3)
+    clients saw has no duplicate and keeps I2 (refusals while the key moves are 503s).
+    With ``workers=2`` every node is ``serve --workers 2`` (two members) and the whole
+    node is killed."""
+    cluster = start_cluster(3, workers=workers)
     owner = cluster.owner_of()
     index = cluster.nodes.index(owner)
     survivors = cluster.others(owner)
@@ -190,9 +210,10 @@ def test_harness_owner_killed_key_moves_on(start_cluster):
     recorder = Recorder(survivors, clients=4).start()
     cluster.kill9(index)
     view = cluster.wait_agreed(timeout=90, members=2)
-    assert owner.name not in [m["node"] for m in view["members"]]
-    assert view["owners"][STRICT_KEY] in {n.name for n in survivors}
+    assert not set(owner.members) & {m["node"] for m in view["members"]}
+    assert cluster.node(view["owners"][STRICT_KEY]) in survivors
     moved = cluster.wait_serving()
+    new_owner = cluster.wait_agreed()["owners"][STRICT_KEY]
     after = Recorder(survivors, clients=2).run(20)
     records = before + recorder.stop() + after
     assert {r.status for r in records} <= {200, 503}, {r.status for r in records}
@@ -201,11 +222,14 @@ def test_harness_owner_killed_key_moves_on(start_cluster):
     check_i2(records)
     new_epochs = {r.epoch for r in after}
     assert len(new_epochs) == 1 and new_epochs.pop() > max(r.epoch for r in before)
-    deadline = time.monotonic() + 10   # /metrics' copy of the runtime's counters is <= 1 s old
-    while metric(moved, "flakekit_cluster_handoffs_total") < 1 and time.monotonic() < deadline:
+    # the owning process's own /metrics (its port with --workers 2): a copy <= 1 s old
+    at = moved if workers == 1 else moved.process(new_owner)
+    deadline = time.monotonic() + 10
+    while metric(at, "flakekit_cluster_handoffs_total", node=new_owner) < 1 \
+            and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert metric(moved, "flakekit_cluster_handoffs_total") >= 1
-    assert metric(moved, "flakekit_cluster_handoff_duration_seconds_count") >= 1
+    assert metric(at, "flakekit_cluster_handoffs_total", node=new_owner) >= 1
+    assert metric(at, "flakekit_cluster_handoff_duration_seconds_count", node=new_owner) >= 1
 
 
 def test_node_and_advertise_from_the_environment(tmp_path, cluster_db, start_server):
