@@ -5,13 +5,16 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from flakekit.cli.layouts import _decoded, _layout, _print_decoded
 from flakekit.cli.main import _host, cli, config_option, echo_json, json_option
 from flakekit.errors import ConfigError, InvalidIdError, UnknownKeyError
+
+if TYPE_CHECKING:
+    from flakekit.values.layout import BitLayout
 
 
 def _pick_format(encoding: str | None, prefix: str | None, configured: Any = None) -> Any:
@@ -165,13 +168,38 @@ def decode(ids: tuple[str, ...], layout_name: str | None, epoch: str | None, uni
     stdin (one per line); decimal, 0x-hex, or a string form (the prefix and encoding are
     recognised; -f names the encoding). An ID whose time is implausible for the layout
     gets a warning; one that no layout fits exits 1."""
-    if as_json:
-        import json  # only here: decode without --json starts without it
     from flakekit.errors import NoReadingError
 
     raws = _read_ids(ids)
     if not raws:
         raise click.UsageError("give one or more IDs, or - to read them from stdin")
+    chosen, fmt, config = _decode_choices(layout_name, epoch, unit, bits, encoding, prefix,
+                                          config_path)
+    layouts = _ranked_layouts(chosen, config) if all_layouts else None
+    now = dt.datetime.now(dt.UTC)
+    failed = none = 0
+    for i, raw in enumerate(raws):
+        try:
+            _decode_and_print(raw, i, chosen, layouts, fmt, now, as_json)
+        except (InvalidIdError, NoReadingError) as exc:
+            if len(raws) == 1:
+                raise
+            if isinstance(exc, InvalidIdError):
+                failed += 1
+            else:
+                none += 1
+            click.echo(f"error: {exc}", err=True)
+    if failed:
+        raise InvalidIdError(f"{failed} of {len(raws)} IDs could not be decoded (see above)")
+    if none:
+        raise NoReadingError(f"{none} of {len(raws)} IDs fit no layout (see above)")
+
+
+def _decode_choices(layout_name: str | None, epoch: str | None, unit: str | None,
+                    bits: str | None, encoding: str | None, prefix: str | None,
+                    config_path: str | None) -> tuple[BitLayout, Any, Any]:
+    """The layout ``decode`` reads with, the string form it expects (None: recognise each
+    string's form), and the config (None without ``--config``)."""
     path, configured, config = "layout", None, None
     if config_path:
         from flakekit.assembly.config import load_config
@@ -192,49 +220,48 @@ def decode(ids: tuple[str, ...], layout_name: str | None, epoch: str | None, uni
     if isinstance(layout_name, str) and layout_name.lstrip().startswith("{"):
         chosen = _one_off(_inline_layout(layout_name), epoch, unit, bits)
     else:
-        chosen = _one_off(_layout(layout_name or "snowflake", config_path, path), epoch, unit, bits)
-    if all_layouts:
-        host = _host()
-        layouts = [host.layout(reg.name) for reg in host.layouts]
-        layouts += list(config.layouts.values()) if config is not None else []
-        if chosen.name not in {lay.name for lay in layouts}:
-            layouts.append(chosen)  # an inline or one-off layout joins the ranking
-    now = dt.datetime.now(dt.UTC)
-    failed = none = 0
-    for i, raw in enumerate(raws):
-        try:
-            if all_layouts:
-                result = _all_readings(raw, layouts, fmt, now)
-                if as_json:
-                    click.echo(json.dumps(result))
-                if result["verdict"] == "none":
-                    raise NoReadingError(
-                        f"id {result['input']} fits no known layout: no reading has a date in "
-                        "its layout's era; name its layout with --layout, or --epoch/--unit/--bits"
-                    )
-                if not as_json:
-                    _print_all(result)
-                continue
-            info = _decode_one(chosen, raw, fmt, now)
-        except (InvalidIdError, NoReadingError) as exc:
-            if len(raws) == 1:
-                raise
-            if isinstance(exc, InvalidIdError):
-                failed += 1
-            else:
-                none += 1
-            click.echo(f"error: {exc}", err=True)
-            continue
+        chosen = _one_off(_layout(layout_name or "snowflake", config_path, path), epoch, unit,
+                          bits)
+    return chosen, fmt, config
+
+
+def _ranked_layouts(chosen: BitLayout, config: Any) -> list[BitLayout]:
+    """Every layout ``decode --all`` reads an ID under: the registered ones, the config's,
+    and an inline or one-off layout."""
+    host = _host()
+    layouts = [host.layout(reg.name) for reg in host.layouts]
+    layouts += list(config.layouts.values()) if config is not None else []
+    if chosen.name not in {lay.name for lay in layouts}:
+        layouts.append(chosen)  # an inline or one-off layout joins the ranking
+    return layouts
+
+
+def _decode_and_print(raw: str, i: int, chosen: BitLayout, layouts: list[BitLayout] | None,
+                      fmt: Any, now: dt.datetime, as_json: bool) -> None:
+    """Decode one ID (under every layout with ``--all``) and print it."""
+    if as_json:
+        import json  # only here: decode without --json starts without it
+    if layouts is not None:
+        from flakekit.errors import NoReadingError
+
+        result = _all_readings(raw, layouts, fmt, now)
         if as_json:
-            click.echo(json.dumps(info, default=str))
-        else:
-            if i:
-                click.echo("")  # a blank line between IDs
-            _print_decoded(info, False)
-    if failed:
-        raise InvalidIdError(f"{failed} of {len(raws)} IDs could not be decoded (see above)")
-    if none:
-        raise NoReadingError(f"{none} of {len(raws)} IDs fit no layout (see above)")
+            click.echo(json.dumps(result))
+        if result["verdict"] == "none":
+            raise NoReadingError(
+                f"id {result['input']} fits no known layout: no reading has a date in "
+                "its layout's era; name its layout with --layout, or --epoch/--unit/--bits"
+            )
+        if not as_json:
+            _print_all(result)
+        return
+    info = _decode_one(chosen, raw, fmt, now)
+    if as_json:
+        click.echo(json.dumps(info, default=str))
+        return
+    if i:
+        click.echo("")  # a blank line between IDs
+    _print_decoded(info, False)
 
 
 @cli.command("next")
