@@ -380,6 +380,39 @@ class SqlSegmentStore:
             BackendError: the database failed (nothing was allocated, or the allocation is
                 simply lost: ``max_id`` only grows, so a lost range is never reissued).
         """
+        stmt = self._advance_statement(key, step)
+        if not self._version_ok:
+            self._check_version()
+        watch_for(self.engine).require(self.engine, f"fetch a segment of key {key!r}")
+        detect = failover.detection_ready(self.engine)
+        if detect:
+            try:
+                failover.prepare(self.engine, self._scope(key), under=self._table_scope)
+            except SQLAlchemyError as exc:
+                raise self._translate(f"fetching a segment of key {key!r}", exc) from None
+        floor = self._high.get(key, 0)
+        try:
+            with self._transaction(claim, self.engine.dialect.update_returning) as conn:
+                if claim is not None:
+                    self._fence(conn, key, claim, "fetch")  # before max_id moves
+                change, raised = self._defend(conn, key, detect, floor)
+                row = self._advance(conn, key, stmt, step)
+        except SQLAlchemyError as exc:
+            raise self._translate(f"fetching a segment of key {key!r}", exc) from None
+        max_id, db_step = row[0], row[1]
+        if change is not None:
+            failover.announce(change, self.where, f"key {key!r}: max_id skipped ahead by "
+                              f"{self.failover_skip} before this range (it starts at "
+                              f"{max_id - (db_step if step is None else step)})", self.events)
+        elif raised:
+            log.error("segment store %s: key %r: max_id was below %d, the end of this "
+                      "process's last range: the database went back (a fail-over, a "
+                      "restore?); raised to it before this fetch", self.where, key, floor)
+        self._high[key] = max(floor, max_id)
+        return Allocation(key, max_id, db_step if step is None else step, db_step)
+
+    def _advance_statement(self, key: str, step: int | None) -> Any:
+        """The UPDATE that moves ``max_id`` of ``key`` by ``step`` (None: the row's)."""
         t = self._table
         if step is not None and (
             isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_ID
@@ -395,71 +428,58 @@ class SqlSegmentStore:
         else:
             increment = step
             room = (t.c.step >= 1) & (t.c.max_id <= MAX_ID - step)
-        stmt = (
+        return (
             update(t)
             .where(t.c.biz_tag == key, t.c.max_id >= 0, room)
             .values(max_id=t.c.max_id + increment, update_time=func.current_timestamp())
         )
-        if not self._version_ok:
-            self._check_version()
-        watch_for(self.engine).require(self.engine, f"fetch a segment of key {key!r}")
-        detect = failover.detection_ready(self.engine)
-        if detect:
-            try:
-                failover.prepare(self.engine, self._scope(key), under=self._table_scope)
-            except SQLAlchemyError as exc:
-                raise self._translate(f"fetching a segment of key {key!r}", exc) from None
+
+    def _defend(self, conn: Any, key: str, detect: bool,
+                floor: int) -> tuple[failover.PrimaryChange | None, int]:
+        """Inside the fetch's transaction, before ``max_id`` moves: a fail-over since the
+        last write skips the key ahead; a ``max_id`` below this process's own high-water
+        ``floor`` (the database went back) is raised to it. Returns the change seen and
+        how many rows were raised."""
+        t = self._table
         change: failover.PrimaryChange | None = None
-        floor = self._high.get(key, 0)
+        current = None
+        if detect:  # one round trip: the primary, its marker and max_id
+            change, current = failover.check_primary_reading(
+                conn, self._scope(key),
+                f"(SELECT max_id FROM {self.table_name} WHERE biz_tag = :fk_key)",
+                {"fk_key": key})
+            if change is not None:
+                self._skip_ahead(conn, key)
+                failover.check_primary(conn, self._table_scope)  # keys after it
         raised = 0
-        returning = self.engine.dialect.update_returning
+        if floor and (not detect or change is not None or (
+                isinstance(current, int) and current < floor)):
+            raised = conn.execute(update(t).where(
+                t.c.biz_tag == key, t.c.max_id < floor).values(max_id=floor)).rowcount
+        return change, raised
+
+    def _advance(self, conn: Any, key: str, stmt: Any, step: int | None) -> Any:
+        """Run the UPDATE and read ``(max_id, step)`` back; a missing key, or a row no
+        fetch can use, raises inside the transaction (it rolls back)."""
+        t = self._table
         read_back = select(t.c.max_id, t.c.step).where(t.c.biz_tag == key)
-        try:
-            with self._transaction(claim, returning) as conn:
-                if claim is not None:
-                    self._fence(conn, key, claim, "fetch")  # before max_id moves
-                current = None
-                if detect:  # one round trip: the primary, its marker and max_id
-                    change, current = failover.check_primary_reading(
-                        conn, self._scope(key),
-                        f"(SELECT max_id FROM {self.table_name} WHERE biz_tag = :fk_key)",
-                        {"fk_key": key})
-                    if change is not None:
-                        self._skip_ahead(conn, key)
-                        failover.check_primary(conn, self._table_scope)  # keys after it
-                if floor and (not detect or change is not None or (
-                        isinstance(current, int) and current < floor)):
-                    raised = conn.execute(update(t).where(
-                        t.c.biz_tag == key, t.c.max_id < floor).values(max_id=floor)).rowcount
-                if returning:
-                    row = conn.execute(stmt.returning(t.c.max_id, t.c.step)).first()
-                else:
-                    result = conn.execute(stmt)
-                    row = conn.execute(read_back).first() if result.rowcount else None
-                if row is None:  # no such key, or a row no fetch can use: say which
-                    bad = conn.execute(read_back).first()
-                    if bad is None:
-                        raise UnknownKeyError(key, f" (no row in {self.where})")
-                    raise self._refusal(key, bad[0], bad[1], step)
-                if not (_is_int(row[0]) and _is_int(row[1])):
-                    # raised inside the transaction, so it rolls back (SQLite keeps
-                    # what it is given: a REAL max_id would pass the guard above);
-                    # the message shows max_id as it was stored
-                    raise self._refusal(key, _minus(row[0], row[1] if step is None
-                                                    else step), row[1], step)
-        except SQLAlchemyError as exc:
-            raise self._translate(f"fetching a segment of key {key!r}", exc) from None
-        max_id, db_step = row[0], row[1]
-        if change is not None:
-            failover.announce(change, self.where, f"key {key!r}: max_id skipped ahead by "
-                              f"{self.failover_skip} before this range (it starts at "
-                              f"{max_id - (db_step if step is None else step)})", self.events)
-        elif raised:
-            log.error("segment store %s: key %r: max_id was below %d, the end of this "
-                      "process's last range: the database went back (a fail-over, a "
-                      "restore?); raised to it before this fetch", self.where, key, floor)
-        self._high[key] = max(floor, max_id)
-        return Allocation(key, max_id, db_step if step is None else step, db_step)
+        if self.engine.dialect.update_returning:
+            row = conn.execute(stmt.returning(t.c.max_id, t.c.step)).first()
+        else:
+            result = conn.execute(stmt)
+            row = conn.execute(read_back).first() if result.rowcount else None
+        if row is None:  # no such key, or a row no fetch can use: say which
+            bad = conn.execute(read_back).first()
+            if bad is None:
+                raise UnknownKeyError(key, f" (no row in {self.where})")
+            raise self._refusal(key, bad[0], bad[1], step)
+        if not (_is_int(row[0]) and _is_int(row[1])):
+            # raised inside the transaction, so it rolls back (SQLite keeps what it is
+            # given: a REAL max_id would pass the guard above); the message shows max_id
+            # as it was stored
+            raise self._refusal(key, _minus(row[0], row[1] if step is None else step),
+                                row[1], step)
+        return row
 
     def _scope(self, key: str) -> str:
         return f"segments:{self.table_name}:{key}"[:255]
