@@ -294,22 +294,135 @@ def _cluster(fams: dict[str, _Family], cluster: Mapping[str, Any], p: str) -> No
         fams["flakekit_cluster_lease_remaining_seconds"].add(lease, node=node, process=p)
     handoffs = int(cluster.get("handoffs", 0))
     fams["flakekit_cluster_handoffs_total"].add(handoffs, node=node, process=p)
-    fam = fams["flakekit_cluster_handoff_duration_seconds"]
-    buckets = cluster.get("handoff_buckets") or [0] * (len(FETCH_BUCKETS_S) + 1)
-    cumulative = 0
-    for bound, n in zip(FETCH_BUCKETS_S, buckets):
-        cumulative += n
-        fam.add(cumulative, "_bucket", le=repr(bound), node=node, process=p)
-    count = cluster.get("handoff_count", 0)
-    fam.add(count, "_bucket", le="+Inf", node=node, process=p)
-    fam.add(cluster.get("handoff_sum_ms", 0.0) / 1e3, "_sum", node=node, process=p)
-    fam.add(count, "_count", node=node, process=p)
+    _histogram(fams["flakekit_cluster_handoff_duration_seconds"], FETCH_BUCKETS_S,
+               cluster.get("handoff_buckets"), cluster.get("handoff_count", 0),
+               cluster.get("handoff_sum_ms", 0.0) / 1e3, node=node, process=p)
     for result, n in sorted((cluster.get("forwards") or {}).items()):
         fams["flakekit_cluster_forwards_total"].add(n, result=result, node=node, process=p)
     fams["flakekit_cluster_misdirected_total"].add(cluster.get("misdirected", 0), node=node,
                                                    process=p)
     for reason, n in sorted((cluster.get("refused") or {}).items()):
         fams["flakekit_cluster_refused_total"].add(n, reason=reason, node=node, process=p)
+
+
+def _histogram(fam: Any, bounds: tuple[float, ...], buckets: Any, count: int, total_s: float,
+               **labels: Any) -> None:
+    """One Prometheus histogram series: cumulative ``_bucket`` samples per bound, ``+Inf``,
+    ``_sum`` and ``_count``."""
+    cumulative = 0
+    for bound, n in zip(bounds, buckets or [0] * (len(bounds) + 1)):
+        cumulative += n
+        fam.add(cumulative, "_bucket", le=repr(bound), **labels)
+    fam.add(count, "_bucket", le="+Inf", **labels)
+    fam.add(total_s, "_sum", **labels)
+    fam.add(count, "_count", **labels)
+
+
+def _supervision(fams: dict[str, Any], supervision: Mapping[str, Any]) -> None:
+    fams["flakekit_server_processes_expected"].add(supervision["expected"])
+    fams["flakekit_server_processes_running"].add(supervision["running"])
+    for proc in supervision["processes"]:
+        p = str(proc["process"])
+        fams["flakekit_server_process_running"].add(bool(proc["running"]), process=p)
+        fams["flakekit_server_process_restarts_total"].add(proc["restarts"], process=p)
+
+
+def _lease(fams: dict[str, Any], gen: Mapping[str, Any], events: Mapping[str, Any],
+           p: str) -> None:
+    """The series of a time-ordered generator: its worker lease and clock."""
+    g = gen["name"]
+    w = "" if gen.get("worker_id") is None else gen["worker_id"]
+    if gen.get("worker_id") is not None:
+        fams["flakekit_worker_id"].add(gen["worker_id"], generator=g, process=p)
+        fams["flakekit_lease_epoch"].add(gen.get("epoch"), generator=g, process=p, worker=w)
+        remaining = gen.get("lease_remaining_s")
+        fams["flakekit_lease_remaining_seconds"].add(
+            float("inf") if remaining is None else remaining, generator=g, process=p, worker=w)
+    fams["flakekit_lease_renewals_total"].add(gen.get("renewals", 0), generator=g, process=p)
+    _histogram(fams["flakekit_lease_acquire_duration_seconds"], FETCH_BUCKETS_S,
+               gen.get("acquire_buckets"), gen.get("acquires", 0),
+               gen.get("acquire_ns_total", 0) / 1e9, generator=g, process=p)
+    fams["flakekit_lease_renew_failures_total"].add(gen.get("renew_failures", 0),
+                                                    generator=g, process=p)
+    fams["flakekit_lease_losses_total"].add(events["lease_lost"].get(g, 0), generator=g,
+                                            process=p)
+    rollbacks = {(r[0], bool(r[1])): r[2] for r in events["clock_rollbacks"]}
+    for waited in (False, True):   # both series from start, at 0
+        fams["flakekit_clock_rollbacks_total"].add(
+            rollbacks.get((g, waited), 0), generator=g, waited=str(waited).lower(), process=p)
+
+
+def _segment_key(fams: dict[str, Any], key: Mapping[str, Any], g: str, p: str) -> None:
+    """The series of one key of a segment generator: its buffers and fetches."""
+    labels = {"generator": g, "key": key["key"], "process": p}
+    fams["flakekit_segment_step"].add(key.get("step"), **labels)
+    for buf in key.get("buffers", []):
+        slot = buf.get("slot")
+        fams["flakekit_segment_buffer_ready"].add(bool(buf.get("ready")), slot=slot, **labels)
+        idle = buf.get("idle") or 0
+        fams["flakekit_segment_buffer_remaining"].add(idle, slot=slot, **labels)
+        step = buf.get("step") or 0
+        fams["flakekit_segment_buffer_fill_ratio"].add(idle / step if step else 0.0,
+                                                       slot=slot, **labels)
+    fetches = key.get("fetches", 0)
+    fams["flakekit_segment_fetches_total"].add(fetches, **labels)
+    fams["flakekit_segment_fetch_failures_total"].add(key.get("fetch_failures", 0), **labels)
+    mean = key.get("fetch_ms_mean") or 0.0
+    _histogram(fams["flakekit_segment_fetch_duration_seconds"], FETCH_BUCKETS_S,
+               key.get("fetch_buckets"), fetches, mean * fetches / 1e3, **labels)
+    fams["flakekit_segment_fetch_duration_max_seconds"].add(
+        (key.get("fetch_ms_max") or 0.0) / 1e3, **labels)
+    fams["flakekit_segment_fetch_duration_last_seconds"].add(
+        (key.get("fetch_ms_last") or 0.0) / 1e3, **labels)
+    fams["flakekit_segment_waits_total"].add(key.get("waits", 0), **labels)
+    fams["flakekit_segment_unavailable_total"].add(key.get("unavailable", 0), **labels)
+
+
+def _http(fams: dict[str, Any], snap: Mapping[str, Any], p: str) -> None:
+    http = snap["http"]
+    for route, status, n in sorted(http["requests"]):
+        fams["flakekit_http_requests_total"].add(n, route=route, code=status, process=p)
+    fam = fams["flakekit_http_request_duration_seconds"]
+    for route, h in sorted(http["latency"].items()):
+        _histogram(fam, LATENCY_BUCKETS_S, h[:len(LATENCY_BUCKETS_S)], h[-1], h[-2] / 1e9,
+                   route=route, process=p)
+    fams["flakekit_http_connections"].add(http["connections"], process=p)
+    fams["flakekit_http_rejected_connections_total"].add(http["rejected_connections"],
+                                                         process=p)
+    fams["flakekit_http_offloaded_batches_total"].add(snap.get("offloaded_batches", 0),
+                                                      process=p)
+
+
+def _process(fams: dict[str, Any], snap: Mapping[str, Any]) -> None:
+    """Every series of one process's snapshot."""
+    p = str(snap["process"])
+    ostats = snap.get("os", {})
+    for key, name, _, _ in PROCESS_FAMILIES:
+        if key in ostats:
+            fams[name].add(ostats[key], process=p)
+    fams["flakekit_server_ready"].add(snap["ready"], process=p)
+    fams["flakekit_server_start_time_seconds"].add(snap["started"], process=p)
+    for gen in snap["generators"]:
+        g = gen["name"]
+        fams["flakekit_ids_issued_total"].add(gen["issued"], generator=g, process=p)
+        fams["flakekit_generator_ready"].add(gen["ready"], generator=g, process=p)
+        if gen.get("kind") == "time-ordered":  # a worker lease to report
+            _lease(fams, gen, snap["events"], p)
+        else:
+            for key in gen.get("keys", []):
+                _segment_key(fams, key, g, p)
+    snowflakes = {gen["name"] for gen in snap["generators"]
+                  if gen.get("kind") == "time-ordered"}
+    for g, waited, n in snap["events"]["clock_rollbacks"]:
+        if g not in snowflakes:   # (a generator's own series are written above)
+            fams["flakekit_clock_rollbacks_total"].add(
+                n, generator=g, waited=str(bool(waited)).lower(), process=p)
+    alerts = {kind: 0 for kind in ALERT_KINDS} | snap["events"]["alerts"]
+    for kind, n in sorted(alerts.items()):
+        fams["flakekit_alerts_total"].add(n, kind=kind, process=p)
+    _http(fams, snap, p)
+    if snap.get("cluster"):
+        _cluster(fams, snap["cluster"], p)
 
 
 def render(snapshots: Iterable[Mapping[str, Any]],
@@ -323,120 +436,9 @@ def render(snapshots: Iterable[Mapping[str, Any]],
     fams["flakekit_build_info"].add(1, version=version, server_version=server_version,
                                     python=platform.python_version())
     if supervision is not None:
-        fams["flakekit_server_processes_expected"].add(supervision["expected"])
-        fams["flakekit_server_processes_running"].add(supervision["running"])
-        for proc in supervision["processes"]:
-            p = str(proc["process"])
-            fams["flakekit_server_process_running"].add(bool(proc["running"]), process=p)
-            fams["flakekit_server_process_restarts_total"].add(proc["restarts"], process=p)
+        _supervision(fams, supervision)
     for snap in snapshots:
-        p = str(snap["process"])
-        ostats = snap.get("os", {})
-        for key, name, _, _ in PROCESS_FAMILIES:
-            if key in ostats:
-                fams[name].add(ostats[key], process=p)
-        fams["flakekit_server_ready"].add(snap["ready"], process=p)
-        fams["flakekit_server_start_time_seconds"].add(snap["started"], process=p)
-        for gen in snap["generators"]:
-            g = gen["name"]
-            fams["flakekit_ids_issued_total"].add(gen["issued"], generator=g, process=p)
-            fams["flakekit_generator_ready"].add(gen["ready"], generator=g, process=p)
-            if gen.get("kind") == "time-ordered":  # a worker lease to report
-                w = "" if gen.get("worker_id") is None else gen["worker_id"]
-                if gen.get("worker_id") is not None:
-                    fams["flakekit_worker_id"].add(gen["worker_id"], generator=g, process=p)
-                    fams["flakekit_lease_epoch"].add(gen.get("epoch"), generator=g, process=p,
-                                                     worker=w)
-                remaining = gen.get("lease_remaining_s")
-                if gen.get("worker_id") is not None:
-                    fams["flakekit_lease_remaining_seconds"].add(
-                        float("inf") if remaining is None else remaining,
-                        generator=g, process=p, worker=w)
-                fams["flakekit_lease_renewals_total"].add(gen.get("renewals", 0), generator=g,
-                                                          process=p)
-                fam = fams["flakekit_lease_acquire_duration_seconds"]
-                acquires = gen.get("acquires", 0)
-                buckets = gen.get("acquire_buckets") or [0] * (len(FETCH_BUCKETS_S) + 1)
-                cumulative = 0
-                for bound, n in zip(FETCH_BUCKETS_S, buckets):
-                    cumulative += n
-                    fam.add(cumulative, "_bucket", le=repr(bound), generator=g, process=p)
-                fam.add(acquires, "_bucket", le="+Inf", generator=g, process=p)
-                fam.add(gen.get("acquire_ns_total", 0) / 1e9, "_sum", generator=g, process=p)
-                fam.add(acquires, "_count", generator=g, process=p)
-                fams["flakekit_lease_renew_failures_total"].add(gen.get("renew_failures", 0),
-                                                                generator=g, process=p)
-                fams["flakekit_lease_losses_total"].add(
-                    snap["events"]["lease_lost"].get(g, 0), generator=g, process=p)
-                rollbacks = {(r[0], bool(r[1])): r[2] for r in snap["events"]["clock_rollbacks"]}
-                for waited in (False, True):   # both series from start, at 0
-                    fams["flakekit_clock_rollbacks_total"].add(
-                        rollbacks.get((g, waited), 0), generator=g,
-                        waited=str(waited).lower(), process=p)
-            else:
-                for key in gen.get("keys", []):
-                    k = key["key"]
-                    labels = {"generator": g, "key": k, "process": p}
-                    fams["flakekit_segment_step"].add(key.get("step"), **labels)
-                    for buf in key.get("buffers", []):
-                        slot = buf.get("slot")
-                        fams["flakekit_segment_buffer_ready"].add(bool(buf.get("ready")), slot=slot,
-                                                                  **labels)
-                        idle = buf.get("idle") or 0
-                        fams["flakekit_segment_buffer_remaining"].add(idle, slot=slot, **labels)
-                        step = buf.get("step") or 0
-                        fams["flakekit_segment_buffer_fill_ratio"].add(idle / step if step else 0.0,
-                                                                       slot=slot, **labels)
-                    fetches = key.get("fetches", 0)
-                    fams["flakekit_segment_fetches_total"].add(fetches, **labels)
-                    fams["flakekit_segment_fetch_failures_total"].add(key.get("fetch_failures", 0),
-                                                                      **labels)
-                    mean = key.get("fetch_ms_mean") or 0.0
-                    fam = fams["flakekit_segment_fetch_duration_seconds"]
-                    buckets = key.get("fetch_buckets") or [0] * (len(FETCH_BUCKETS_S) + 1)
-                    cumulative = 0
-                    for bound, n in zip(FETCH_BUCKETS_S, buckets):
-                        cumulative += n
-                        fam.add(cumulative, "_bucket", le=repr(bound), **labels)
-                    fam.add(fetches, "_bucket", le="+Inf", **labels)
-                    fam.add(mean * fetches / 1e3, "_sum", **labels)
-                    fam.add(fetches, "_count", **labels)
-                    fetch_max_s = (key.get("fetch_ms_max") or 0.0) / 1e3
-                    fetch_last_s = (key.get("fetch_ms_last") or 0.0) / 1e3
-                    fams["flakekit_segment_fetch_duration_max_seconds"].add(fetch_max_s, **labels)
-                    fams["flakekit_segment_fetch_duration_last_seconds"].add(fetch_last_s,
-                                                                             **labels)
-                    fams["flakekit_segment_waits_total"].add(key.get("waits", 0), **labels)
-                    fams["flakekit_segment_unavailable_total"].add(key.get("unavailable", 0),
-                                                                   **labels)
-        snowflakes = {gen["name"] for gen in snap["generators"]
-                      if gen.get("kind") == "time-ordered"}
-        for g, waited, n in snap["events"]["clock_rollbacks"]:
-            if g not in snowflakes:   # (a generator's own series are written above)
-                fams["flakekit_clock_rollbacks_total"].add(
-                    n, generator=g, waited=str(bool(waited)).lower(), process=p)
-        alerts = {kind: 0 for kind in ALERT_KINDS} | snap["events"]["alerts"]
-        for kind, n in sorted(alerts.items()):
-            fams["flakekit_alerts_total"].add(n, kind=kind, process=p)
-        http = snap["http"]
-        for route, status, n in sorted(http["requests"]):
-            fams["flakekit_http_requests_total"].add(n, route=route, code=status, process=p)
-        fam = fams["flakekit_http_request_duration_seconds"]
-        for route, h in sorted(http["latency"].items()):
-            cumulative = 0
-            for bound, n in zip(LATENCY_BUCKETS_S, h):
-                cumulative += n
-                fam.add(cumulative, "_bucket", route=route, process=p, le=repr(bound))
-            fam.add(h[-1], "_bucket", route=route, process=p, le="+Inf")
-            fam.add(h[-2] / 1e9, "_sum", route=route, process=p)
-            fam.add(h[-1], "_count", route=route, process=p)
-        fams["flakekit_http_connections"].add(http["connections"], process=p)
-        fams["flakekit_http_rejected_connections_total"].add(http["rejected_connections"],
-                                                             process=p)
-        fams["flakekit_http_offloaded_batches_total"].add(snap.get("offloaded_batches", 0),
-                                                          process=p)
-        if snap.get("cluster"):
-            _cluster(fams, snap["cluster"], p)
+        _process(fams, snap)
     out: list[str] = []
     for fam in fams.values():
         out.append(f"# HELP {fam.name} {fam.help}")
