@@ -673,3 +673,25 @@ def test_try_next_id_refuses_past_the_member_deadline(cluster):
     assert a.other_owner(key) is None
     with pytest.raises(ClusterUnavailableError):
         a.next_id(key)
+
+
+def test_a_stopped_key_is_not_served_while_a_newer_view_waits_to_be_applied(cluster):
+    """A key stopped under a claim (a fetch found it fenced, a release under way) keeps
+    its generator until the release closes it. If meanwhile a renewal or a poll reads a
+    view epoch newer than the applied one, the node's view epoch is "not applied yet";
+    the hot path must not take that for the stopped key's epoch and serve what is left
+    of the old claim's segment (an ID under a claim another node may already hold: I2
+    broken, seen in the two-process cluster drills)."""
+    a = cluster.add("a")
+    first, claim_epoch = a.next_id("k0")
+    st = a._keys["k0"]
+    slot = st.slot
+    assert slot is not None and slot.gen is not None
+    a._fenced(st, slot.claim)          # the claim was taken over: stop serving it
+    a._lease_view(a.status()["epoch"] + 1)   # a renewal read a newer view, not applied yet
+    assert st.slot is slot             # its generator still holds the rest of the segment
+    assert a.try_next_id("k0") is None
+    with pytest.raises((KeyMovingError, NotOwnerError, ClusterUnavailableError)):
+        a.next_id("k0")
+    with pytest.raises((KeyMovingError, NotOwnerError, ClusterUnavailableError)):
+        a.next_ids("k0", 3)

@@ -57,7 +57,15 @@ from flakekit.cluster.membership import (
 )
 from flakekit.cluster.proposer import Proposer
 from flakekit.cluster.settings import ClusterSettings
-from flakekit.cluster.strict import CLAIMING, IDLE, OWNED, RELEASING, Slot, StrictKey
+from flakekit.cluster.strict import (
+    CLAIMING,
+    IDLE,
+    NOT_SERVED,
+    OWNED,
+    RELEASING,
+    Slot,
+    StrictKey,
+)
 from flakekit.errors import (
     ClusterError,
     ClusterUnavailableError,
@@ -853,7 +861,7 @@ class ClusterNode:
                              st.key, claim.epoch,
                              ", after waiting out the old owner" if waited else "")
                 else:   # the view moved on meanwhile, or the claim is useless: undo it
-                    st.state, st.ok_epoch = RELEASING, -1
+                    st.state, st.ok_epoch = RELEASING, NOT_SERVED
             else:
                 st.state = IDLE
                 st.backoff(done)
@@ -888,7 +896,7 @@ class ClusterNode:
                 st.backoff(self.clock.monotonic_ns())
 
     def _stop_serving_locked(self, st: StrictKey) -> None:
-        st.ok_epoch = -1
+        st.ok_epoch = NOT_SERVED   # never the -1 of a node whose view is not applied yet
         if st.state == OWNED:
             st.state = RELEASING
             st.retry_now()

@@ -21,7 +21,7 @@ from flakekit.cluster.membership import KeyClaim, KeyFence
 from flakekit.generators.periodic import PeriodicSegment
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 
-__all__ = ["Slot", "StrictKey"]
+__all__ = ["NOT_SERVED", "Slot", "StrictKey"]
 
 IDLE, CLAIMING, OWNED, RELEASING = "idle", "claiming", "owned", "releasing"
 
@@ -32,6 +32,13 @@ class Slot:
 
     claim: KeyClaim
     gen: SegmentGenerator | PeriodicSegment | None
+
+
+#: ``StrictKey.ok_epoch`` of a key not served. Never -1, the node's view epoch while a
+#: newer view than the applied one is known (not yet applied): a stopped key must never
+#: equal that, or the hot path's ``ok_epoch == view_epoch`` would serve it under a claim
+#: that another node may already have taken over.
+NOT_SERVED = -2
 
 
 @attrs.define(eq=False)
@@ -45,8 +52,8 @@ class StrictKey:
     state: str = IDLE
     slot: Slot | None = None
     #: the view epoch up to which the claim is known good; the key is served only while it
-    #: equals the node's view epoch (-1: not served)
-    ok_epoch: int = -1
+    #: equals the node's view epoch (:data:`NOT_SERVED`: not served)
+    ok_epoch: int = -2
     owner_since: int | None = None
     since_ns: int = 0
     #: one actor (claim or release) at a time; the others wait on the node's condition
