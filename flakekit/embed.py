@@ -32,6 +32,11 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.cli import (
         USAGE_ERRORS,
     )
+    from flakekit.cluster.processes import (
+        process_advertise,
+        process_node,
+        processes_of,
+    )
     from flakekit.generators.segment_service import (
         SegmentService,
     )
@@ -53,6 +58,7 @@ _FROM = {
     ),
     "flakekit.builtin.segments": ("SqlStoreOptions", "segments_report", "store_targets"),
     "flakekit.cli": ("USAGE_ERRORS",),
+    "flakekit.cluster.processes": ("process_advertise", "process_node", "processes_of"),
     "flakekit.generators.segment_service": ("SegmentService",),
     "flakekit.pluginhost.host": ("get_host",),
     "flakekit.sql.durability": ("pool_durability",),

@@ -404,7 +404,7 @@ class Supervisor:
         """Process ``index``'s member identity and private listener (in the child)."""
         import attrs
 
-        from flakekit.cluster.processes import process_advertise, process_node
+        from flakekit.embed import process_advertise, process_node
 
         port = member_port(self.options, index)
         sock = make_socket(self.options.host, port, reuse_port=False)
@@ -416,7 +416,7 @@ class Supervisor:
         """The banner's list of this node's members (cluster mode)."""
         if self.cluster is None:
             return ""
-        from flakekit.cluster.processes import process_node
+        from flakekit.embed import process_node
 
         last = self.options.workers - 1
         return (f"; cluster members {process_node(self.cluster.node, 0)} .. "
