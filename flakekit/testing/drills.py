@@ -22,7 +22,7 @@ from flakekit.testing.requests import DRILL_HOST, DRILL_PORT
 from flakekit.values.layout import BitLayout
 
 __all__ = ["PYTHON", "TINY_LAYOUT", "WORKER", "PausedHolderRun", "parse_ids",
-           "pause_past_the_lease", "read_until", "snowflake_over", "spawn", "stop",
+           "pause_past_the_lease", "read_until", "sigstop", "snowflake_over", "spawn", "stop",
            "tiny_layout", "write_config"]
 
 #: the drill process, run with ``python -m``
@@ -136,6 +136,24 @@ class PausedHolderRun:
         return int(self.b_lease[3])
 
 
+def sigstop(pid: int, timeout: float = 10.0) -> int:
+    """SIGSTOP ``pid`` and return the monotonic ns once it has really stopped (Linux:
+    state ``T`` in /proc). A signal takes effect when the kernel next schedules the
+    process, so a time read *before* ``kill`` may precede IDs the process still stamped:
+    "nothing issued after the pause" is checked against this time, not that one."""
+    import signal
+
+    os.kill(pid, signal.SIGSTOP)
+    give_up = time.monotonic() + timeout
+    stat = Path(f"/proc/{pid}/stat")
+    while stat.exists() and time.monotonic() < give_up:
+        state = stat.read_text().rpartition(")")[2].split()[0]
+        if state in ("T", "t"):
+            break
+        time.sleep(0.001)
+    return time.monotonic_ns()
+
+
 def pause_past_the_lease(config: Path, name: str) -> PausedHolderRun:
     """The SIGSTOP drill on worker 1 of the tiny layout (the caller holds worker 0): A
     takes worker 1 and is paused; B (``--retry-exhausted``) waits until it can claim worker
@@ -147,8 +165,7 @@ def pause_past_the_lease(config: Path, name: str) -> PausedHolderRun:
     a_lease = read_until(a, "LEASE ").split()
     assert a_lease[1] == "1", a_lease
     time.sleep(0.3)   # some IDs before the pause
-    stopped_at = time.monotonic_ns()
-    os.kill(a.pid, signal.SIGSTOP)
+    stopped_at = sigstop(a.pid)
     b = spawn(config, name, "--retry-exhausted", "--seconds", "1.5")
     try:
         b_lease = read_until(b, "LEASE ", timeout=30).split()

@@ -22,7 +22,7 @@ from zkhelpers import generator
 
 from flakekit.errors import LeaseLostError
 from flakekit.testing import free_port
-from flakekit.testing.drills import PYTHON, parse_ids, read_until, spawn, write_config
+from flakekit.testing.drills import PYTHON, parse_ids, read_until, sigstop, spawn, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -239,8 +239,7 @@ def test_paused_past_its_session_issues_nothing_on_resume(tmp_path, zk_hosts, ns
     a = spawn(cfg("host-a"), ns, "--seconds", "30")
     read_until(a, "LEASE ")
     time.sleep(0.5)
-    stopped_at = time.monotonic_ns()
-    os.kill(a.pid, signal.SIGSTOP)
+    stopped_at = sigstop(a.pid)   # once really stopped: IDs before it are before the pause
     try:
         time.sleep(4.0)   # past the 2 s session: the server drops A's live/ node
         b = spawn(cfg("host-b"), ns, "--retry-exhausted", "--seconds", "3")
