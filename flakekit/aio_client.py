@@ -15,17 +15,16 @@ from collections import deque
 from collections.abc import Iterable
 
 from flakekit.client import (
-    CLUSTER_PATH,
     DEFAULT_RETRY_BUDGET,
-    GENERATORS_PATH,
+    Answer,
     Attempts,
     ClusterView,
     Done,
     NodeUrl,
     Routing,
+    ViewRead,
     check_count,
     check_key,
-    parse_view,
 )
 from flakekit.errors import ClientError, FlakekitError
 
@@ -208,12 +207,8 @@ class AsyncClient:
             await self._refresh_view(None)
         while True:
             plan = attempts.next()
-            answer: tuple[int, dict[str, str], bytes] | BaseException
-            try:
-                answer = await self._send(plan.base, plan.path, plan.headers)
-            except (OSError, TimeoutError) as exc:
-                answer = exc
-            step = attempts.settle(plan, answer, time.monotonic())
+            step = attempts.settle(plan, await self._exchange(plan.base, plan.path,
+                                                               plan.headers), time.monotonic())
             if isinstance(step, Done):
                 return step.ids
             if step.delay:
@@ -230,26 +225,16 @@ class AsyncClient:
         await asyncio.shield(task)
 
     async def _read_view(self, prefer: str | None) -> None:
-        routing = self.routing
-        for base in routing.view_sources(prefer):
-            try:
-                status, _, body = await self._send(base, CLUSTER_PATH,
-                                                   {"Accept": "application/json"})
-            except (OSError, TimeoutError):
-                continue
-            if status == 200:
-                view = parse_view(body, base)
-                try:
-                    status, _, listed = await self._send(base, GENERATORS_PATH, {})
-                except (OSError, TimeoutError):
-                    status = 0
-                if status == 200:
-                    routing.set_route_keys(listed)
-                routing.set_view(view, time.monotonic())
-                return
-            if status == 404:
-                routing.set_view(None, time.monotonic())
-                return
+        read = ViewRead(self.routing, prefer)
+        for request in read:
+            read.answer(await self._exchange(*request))
+
+    async def _exchange(self, base: str, path: str, headers: dict[str, str]) -> Answer:
+        """``_send``, with a connection error as the answer instead of raised."""
+        try:
+            return await self._send(base, path, headers)
+        except (OSError, TimeoutError) as exc:
+            return exc
 
     async def _send(self, base: str, path: str, headers: dict[str, str]
                     ) -> tuple[int, dict[str, str], bytes]:

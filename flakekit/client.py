@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -37,7 +37,7 @@ from flakekit.errors import (
 from flakekit.values.cluster import Member, View
 from flakekit.values.owners import HASH_NAME, OwnerMap
 
-__all__ = ["Client", "ClusterView", "NodeUrl", "Routing", "parse_url"]
+__all__ = ["Client", "ClusterView", "NodeUrl", "Routing", "ViewRead", "parse_url"]
 
 CLUSTER_PATH = "/api/v1/cluster"
 GENERATORS_PATH = "/api/v1/generators"
@@ -492,8 +492,7 @@ class Attempts:
         self.tried.append(plan.base)
         return plan
 
-    def settle(self, plan: Plan, answer: tuple[int, dict[str, str], bytes] | BaseException,
-               now: float) -> Done | Retry:
+    def settle(self, plan: Plan, answer: Answer, now: float) -> Done | Retry:
         """What ``answer`` (a reply, or the connection error) means: the IDs, or a retry to
         wait for; raises the retry's error when the redirects or the budget are spent."""
         if isinstance(answer, BaseException):
@@ -509,6 +508,51 @@ class Attempts:
         if now + step.delay > self.deadline:
             raise step.error
         return step
+
+
+#: what a request got: ``(status, headers, body)``, or the connection error
+Answer = tuple[int, dict[str, str], bytes] | BaseException
+#: a request to send: ``(base, path, headers)``
+Request = tuple[str, str, dict[str, str]]
+
+
+class ViewRead:
+    """Reading the cluster view, without I/O (``Client`` and ``AsyncClient`` drive it
+    alike): iterate for the requests to send and hand each one's answer to
+    :meth:`answer`. The first node that answers 200 gives the view (and the generators'
+    route keys); a 404 says the nodes are no cluster; when no node answers, the view
+    read before stays (the request itself will say why)."""
+
+    def __init__(self, routing: Routing, prefer: str | None) -> None:
+        self.routing, self.prefer = routing, prefer
+        self._answer: Answer | None = None
+
+    def answer(self, answer: Answer) -> None:
+        self._answer = answer
+
+    def __iter__(self) -> Iterator[Request]:
+        routing = self.routing
+        for base in routing.view_sources(self.prefer):
+            yield base, CLUSTER_PATH, {"Accept": "application/json"}
+            status, body = self._take()
+            if status == 200:
+                view = parse_view(body, base)
+                yield base, GENERATORS_PATH, {}
+                status, listed = self._take()
+                if status == 200:
+                    routing.set_route_keys(listed)
+                routing.set_view(view, time.monotonic())
+                return
+            if status == 404:
+                routing.set_view(None, time.monotonic())
+                return
+
+    def _take(self) -> tuple[int, bytes]:
+        """The last answer's status and body (status 0: no answer)."""
+        answer, self._answer = self._answer, None
+        if answer is None or isinstance(answer, BaseException):
+            return 0, b""
+        return answer[0], answer[2]
 
 
 class _Pool:
@@ -680,12 +724,8 @@ class Client:
             self._refresh_view(None)
         while True:
             plan = attempts.next()
-            answer: tuple[int, dict[str, str], bytes] | BaseException
-            try:
-                answer = self._send(plan.base, plan.path, plan.headers)
-            except CONNECTION_ERRORS as exc:
-                answer = exc
-            step = attempts.settle(plan, answer, time.monotonic())
+            step = attempts.settle(plan, self._exchange(plan.base, plan.path, plan.headers),
+                                   time.monotonic())
             if isinstance(step, Done):
                 return step.ids
             if step.delay:
@@ -703,26 +743,16 @@ class Client:
             self._read_view(prefer)
 
     def _read_view(self, prefer: str | None) -> None:
-        routing = self.routing
-        for base in routing.view_sources(prefer):
-            try:
-                status, _, body = self._send(base, CLUSTER_PATH, {"Accept": "application/json"})
-            except CONNECTION_ERRORS:
-                continue
-            if status == 200:
-                view = parse_view(body, base)
-                try:
-                    status, _, listed = self._send(base, GENERATORS_PATH, {})
-                except CONNECTION_ERRORS:
-                    status = 0
-                if status == 200:
-                    routing.set_route_keys(listed)
-                routing.set_view(view, time.monotonic())
-                return
-            if status == 404:
-                routing.set_view(None, time.monotonic())
-                return
-        # no node answered: keep what we have; the request itself will say why
+        read = ViewRead(self.routing, prefer)
+        for request in read:
+            read.answer(self._exchange(*request))
+
+    def _exchange(self, base: str, path: str, headers: dict[str, str]) -> Answer:
+        """``_send``, with a connection error as the answer instead of raised."""
+        try:
+            return self._send(base, path, headers)
+        except CONNECTION_ERRORS as exc:
+            return exc
 
     def _pool(self, base: str) -> _Pool:
         pool = self._pools.get(base)

@@ -208,15 +208,21 @@ class Core:
         a lease that is gone, a fork."""
         with self.lock:
             while True:
-                now, t = self.read()
-                self.check_lease(now)
-                st = self.state
-                if t < st.tick:
-                    self.ticks.behind(st.tick, t)
-                    continue
-                i = self.draw_at(now, t, st)
+                i = self.draw_at(*self.read_ahead())
                 if i is not None:
                     return i
+
+    def read_ahead(self) -> tuple[int, int, Any]:
+        """``(now, t, st)`` once the clock's tick ``t`` is not behind the counter in use
+        ``st`` (lock held): the lease is checked at each reading, a clock behind waits or
+        raises."""
+        while True:
+            now, t = self.read()
+            self.check_lease(now)
+            st = self.state
+            if t >= st.tick:
+                return now, t, st
+            self.ticks.behind(st.tick, t)
 
     def next_ids(self, n: int) -> IdBatch:
         """``n`` IDs as ranges, taken under the lock tick by tick; every lease they were
@@ -228,13 +234,7 @@ class Core:
         left = n
         with self.lock:
             while left:
-                now, t = self.read()
-                self.check_lease(now)
-                st = self.state
-                if t < st.tick:
-                    self.ticks.behind(st.tick, t)
-                    continue
-                left -= self.take(now, t, st, left, ranges, used)
+                left -= self.take(*self.read_ahead(), left, ranges, used)
             self.check_batch(used)
         return IdBatch(ranges)
 

@@ -46,29 +46,32 @@ class LeaseStats(_AsDict):
     acquire_buckets: tuple[int, ...] = ()
 
 
-@attrs.frozen
-class SnowflakeStats(_AsDict):
-    """A snowflake generator: IDs drawn and its lease numbers (flat, as the JSON has them)."""
+@attrs.frozen(kw_only=True)
+class SnowflakeStats(LeaseStats):
+    """A snowflake generator: its own numbers, then its keeper's :class:`LeaseStats`
+    (flat, as the JSON has them)."""
 
     name: str
     strategy: str
     layout: str
     clock: str
     ids_drawn: int
-    worker_id: int | None
-    epoch: int | None
-    lease_remaining_s: float | None
-    renewals: int
-    renew_failures: int
-    lost: str | None
-    acquires: int = 0
-    acquire_ns_total: int = 0
-    acquire_buckets: tuple[int, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        lease = attrs.asdict(self)
+        own = {k: lease.pop(k) for k in _SNOWFLAKE_OWN}
+        return {**own, **lease}
 
     @classmethod
     def of(cls, name: str, layout: str, clock: str, ids_drawn: int,
            lease: LeaseStats) -> SnowflakeStats:
-        return cls(name, "snowflake", layout, clock, ids_drawn, **attrs.asdict(lease))
+        return cls(name=name, strategy="snowflake", layout=layout, clock=clock,
+                   ids_drawn=ids_drawn, **attrs.asdict(lease, recurse=False))
+
+
+#: the generator's own fields, the first keys of its JSON
+_SNOWFLAKE_OWN = tuple(a.name for a in attrs.fields(SnowflakeStats)
+                       if a.name not in attrs.fields_dict(LeaseStats))
 
 
 @attrs.frozen
