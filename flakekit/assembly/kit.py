@@ -28,21 +28,8 @@ from flakekit.assembly.context import BuildContext, Part
 from flakekit.assembly.settings import PluginRef, build_settings, refs
 from flakekit.assembly.strict import StrictSegment
 from flakekit.errors import ConfigError, UnknownKeyError, UnknownNameError
-from flakekit.pluginhost.contracts import (
-    Describes,
-    FixedWorker,
-    FormatsIds,
-    Generator,
-    GeneratorInfo,
-    HasKey,
-    HasLayout,
-    HasStats,
-    LeaseGranularity,
-    Membership,
-    OrdersKeys,
-    StatsRecord,
-    check_contract,
-)
+from flakekit.pluginhost import contracts
+from flakekit.pluginhost.contracts import Generator
 from flakekit.pluginhost.host import PluginHost
 from flakekit.pluginhost.registry import Registration
 from flakekit.sql.backends import BackendPool
@@ -160,7 +147,7 @@ class Kit:
     #: this node in ``[cluster]`` (None: no cluster section, or built with as_member=False)
     cluster: ResolvedCluster | None = None
     #: the ``[cluster]`` membership store (built, not connected), else None
-    membership: Membership | None = None
+    membership: contracts.Membership | None = None
     _started: set[str] = attrs.Factory(set)
     _lock: threading.RLock = attrs.Factory(threading.RLock)
     _node: ClusterNode | None = None
@@ -185,21 +172,21 @@ class Kit:
         except KeyError:
             raise UnknownNameError("generators", "generator", name, self.generators) from None
 
-    def describe(self, name: str) -> GeneratorInfo:
+    def describe(self, name: str) -> contracts.GeneratorInfo:
         """What generator ``name`` is, from its capabilities and the parts it was built
         from (the server and the CLI ask this instead of switching on names)."""
         gen = self.get(name)
-        if isinstance(gen, Describes):
+        if isinstance(gen, contracts.Describes):
             return gen.describe()
         parts = self.parts.get(name, [])
         kinds = {part.ref.kind: part.ref.type for part in parts}
         spec = self.specs.get(name)
-        return GeneratorInfo(
+        return contracts.GeneratorInfo(
             strategy=spec.strategy.name if spec else self.config.generators[name].strategy,
-            layout=gen.layout if isinstance(gen, HasLayout) else None,
-            key=str(gen.key) if isinstance(gen, HasKey) else None,
+            layout=gen.layout if isinstance(gen, contracts.HasLayout) else None,
+            key=str(gen.key) if isinstance(gen, contracts.HasKey) else None,
             allocator=kinds.get("allocator"), store=kinds.get("segment store"),
-            fixed_worker=any(isinstance(part.obj, FixedWorker) and part.obj.fixed_worker
+            fixed_worker=any(isinstance(part.obj, contracts.FixedWorker) and part.obj.fixed_worker
                              for part in parts),
         )
 
@@ -211,7 +198,7 @@ class Kit:
         """The string form of ``name``'s IDs (its ``format``; decimal by default), for any
         strategy, whether or not its generators have ``next_str()``."""
         gen = self.get(name)
-        if isinstance(gen, FormatsIds):
+        if isinstance(gen, contracts.FormatsIds):
             return gen.id_format
         return self.specs[name].id_format if name in self.specs else DECIMAL
 
@@ -314,10 +301,10 @@ class Kit:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def stats(self) -> Mapping[str, StatsRecord]:
+    def stats(self) -> Mapping[str, contracts.StatsRecord]:
         """The stats record of every started generator that keeps them (:class:`HasStats`)."""
         return {name: gen.stats() for name in self._started
-                if isinstance(gen := self.generators[name], HasStats)}
+                if isinstance(gen := self.generators[name], contracts.HasStats)}
 
 
 _OPEN: weakref.WeakSet[Kit] = weakref.WeakSet()
@@ -337,7 +324,7 @@ def _check_orders(config: Config, typed: Mapping[str, TypedGenerator]) -> None:
     if config.cluster is not None:
         return
     for spec in typed.values():
-        if isinstance(spec.settings, OrdersKeys) and spec.settings.order == "strict":
+        if isinstance(spec.settings, contracts.OrdersKeys) and spec.settings.order == "strict":
             raise ConfigError(
                 f"{spec.path}.order", "\"strict\" needs a [cluster] section (name, advertise, "
                 "membership) so that one node owns the key; add [cluster], or set "
@@ -346,7 +333,7 @@ def _check_orders(config: Config, typed: Mapping[str, TypedGenerator]) -> None:
 
 
 def _build_membership(config: Config, host: PluginHost, identity: Identity,
-                      pool: BackendPool) -> Membership | None:
+                      pool: BackendPool) -> contracts.Membership | None:
     """The ``[cluster]`` membership store, checked against its contract; the lease must
     span three of the store's lease steps (etcd grants whole seconds), so it is renewed
     before it lapses."""
@@ -354,8 +341,8 @@ def _build_membership(config: Config, host: PluginHost, identity: Identity,
     if spec is None:
         return None
     ctx = _context(config, host, "", spec.membership.path, identity, pool)
-    membership: Membership = ctx.build(spec.membership, ctx)
-    if isinstance(membership, LeaseGranularity):
+    membership: contracts.Membership = ctx.build(spec.membership, ctx)
+    if isinstance(membership, contracts.LeaseGranularity):
         step = membership.lease_granularity
         if spec.lease_ns < 3 * step * 1e9:
             raise ConfigError(
@@ -401,9 +388,9 @@ def build_kit(
     for name, spec in typed.items():
         ctx = _context(config, host, name, spec.path, identity, pool)
         parts[name] = ctx.parts
-        gen = check_contract(spec.strategy.create(spec.settings, ctx), Generator,
+        gen = contracts.check_contract(spec.strategy.create(spec.settings, ctx), Generator,
                              spec.strategy, spec.path)
-        if isinstance(gen, FormatsIds):
+        if isinstance(gen, contracts.FormatsIds):
             gen.id_format = spec.id_format
         elif spec.format_given:
             raise ConfigError(f"{spec.path}.format", f"strategy {spec.strategy.name!r} has no "

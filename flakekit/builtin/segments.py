@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -143,6 +143,34 @@ def _store(pool: Any, target: StoreTarget) -> SqlSegmentStore:
     return SqlSegmentStore(pool.engine(target.backend, f"backends.{target.backend}"), target.table)
 
 
+def _store_reports(config_path: str | None, backend: str | None,
+                   report: Callable[[SqlSegmentStore, StoreTarget], dict[str, Any] | None]
+                   ) -> list[dict[str, Any]]:
+    """``report`` on the store of each (backend, table) the config's segment generators
+    use (or ``backend``'s), the pool disposed after; a None report is left out."""
+    from flakekit.assembly.config import load_config
+
+    config = load_config(config_path)
+    pool = config.pool()
+    try:
+        return [r for target in store_targets(config, backend)
+                if (r := report(_store(pool, target), target)) is not None]
+    finally:
+        pool.dispose()
+
+
+def _show(reports: list[dict[str, Any]], as_json: bool,
+          show: Callable[[dict[str, Any]], None]) -> None:
+    """The reports as ``{"stores": [...]}`` JSON, or each as ``show`` prints it."""
+    if as_json:
+        from flakekit.cli import echo_json
+
+        echo_json({"stores": reports})
+        return
+    for report in reports:
+        show(report)
+
+
 def _print_report(report: dict[str, Any], echo: Any) -> None:
     echo(f"{report['table']} on backend {report['backend']!r}:")
     if not report["keys"]:
@@ -190,22 +218,8 @@ def flakekit_register_commands(cli: click.Group) -> None:
         """Segment keys (Leaf's leaf_alloc): max_id, step, and who serves them."""
         if ctx.invoked_subcommand is not None:
             return
-        from flakekit.assembly.config import load_config
-
-        config = load_config(config_path)
-        pool = config.pool()
-        try:
-            reports = [
-                segments_report(_store(pool, target), target)
-                for target in store_targets(config, backend)
-            ]
-        finally:
-            pool.dispose()
-        if as_json:
-            echo_json({"stores": reports})
-            return
-        for report in reports:
-            _print_report(report, click.echo)
+        _show(_store_reports(config_path, backend, segments_report), as_json,
+              lambda report: _print_report(report, click.echo))
 
     @segments.command("create")
     @click.argument("key")
@@ -276,8 +290,6 @@ def _prune(keep: int | None, older_than: str | None, base: str | None, dry_run: 
 
     import click
 
-    from flakekit.assembly.config import load_config
-    from flakekit.cli import echo_json
     from flakekit.sql.periods import delete_period_rows, period_rows, prunable
     from flakekit.values.timeunits import parse_duration_ns
 
@@ -290,32 +302,30 @@ def _prune(keep: int | None, older_than: str | None, base: str | None, dry_run: 
             age = dt.timedelta(microseconds=parse_duration_ns(older_than, default_unit="s") // 1000)
         except ValueError as exc:
             raise ConfigError("--older-than", str(exc)) from None
-    config = load_config(config_path)
-    pool = config.pool()
-    reports: list[dict[str, Any]] = []
-    try:
-        for target in store_targets(config, backend):
-            store = _store(pool, target)
-            if not store.has_table():
-                continue
-            now = store.db_now()
-            rows = period_rows(store, base)
-            doomed = prunable(rows, now, keep, age)
-            deleted = 0 if dry_run else delete_period_rows(store, doomed)
-            reports.append({
-                "backend": target.backend, "table": target.table,
-                "database_time": now.isoformat(), "dry_run": dry_run,
-                "periods": len(rows), "prune": [r.to_dict() for r in doomed],
-                "deleted": deleted,
-            })
-    finally:
-        pool.dispose()
-    if as_json:
-        echo_json({"stores": reports})
-        return
-    for rep in reports:
-        verb = "would delete" if dry_run else "deleted"
-        click.echo(f"{rep['table']} on backend {rep['backend']!r}: {rep['periods']} period "
-                   f"row(s); {verb} {len(rep['prune']) if dry_run else rep['deleted']}")
-        for row in rep["prune"]:
-            click.echo(f"  {row['key']}  max_id {row['max_id']}  ended {row['ends'][:19]}")
+
+    def prune(store: SqlSegmentStore, target: StoreTarget) -> dict[str, Any] | None:
+        if not store.has_table():
+            return None
+        now = store.db_now()
+        rows = period_rows(store, base)
+        doomed = prunable(rows, now, keep, age)
+        deleted = 0 if dry_run else delete_period_rows(store, doomed)
+        return {
+            "backend": target.backend, "table": target.table,
+            "database_time": now.isoformat(), "dry_run": dry_run,
+            "periods": len(rows), "prune": [r.to_dict() for r in doomed],
+            "deleted": deleted,
+        }
+
+    _show(_store_reports(config_path, backend, prune), as_json, _print_prune)
+
+
+def _print_prune(rep: dict[str, Any]) -> None:
+    import click
+
+    dry_run = rep["dry_run"]
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{rep['table']} on backend {rep['backend']!r}: {rep['periods']} period "
+               f"row(s); {verb} {len(rep['prune']) if dry_run else rep['deleted']}")
+    for row in rep["prune"]:
+        click.echo(f"  {row['key']}  max_id {row['max_id']}  ended {row['ends'][:19]}")
