@@ -1,5 +1,6 @@
-"""One lease machine: LeaseKeeper keeps a lease that is not a worker id (here a node
-membership, as cluster mode will) with the same renewal, loss, restart and close rules.
+"""One lease machine: LeaseKeeper keeps a lease that is not a worker id (here cluster
+mode's node membership, :class:`MemberLease`) with the same renewal, loss, restart and
+close rules.
 """
 
 from __future__ import annotations
@@ -9,22 +10,11 @@ import time
 
 import attrs
 
+from flakekit.cluster.membership import MemberLease
 from flakekit.errors import BackendError, LeaseLostError
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.testing import ManualClock
-
-
-@attrs.frozen
-class NodeLease:
-    node: str
-    epoch: int
-    deadline_ns: int | None
-    stamp_until_ns: int | None = None
-    not_before_ns: int = 0
-
-    @property
-    def subject(self) -> str:
-        return f"node {self.node}"
+from flakekit.values.cluster import Member
 
 
 @attrs.frozen
@@ -48,11 +38,12 @@ class Members:
     gate: threading.Event | None = None
     entered: threading.Event = attrs.Factory(threading.Event)
 
-    def acquire(self, request: Join) -> NodeLease:
+    def acquire(self, request: Join) -> MemberLease:
         self.epoch += 1
-        return NodeLease(request.node, self.epoch, self.clock.monotonic_ns() + self.ttl_ns)
+        return MemberLease(Member(request.node, ""), request.owner, self.epoch, 0,
+                           self.ttl_ns / 1e9, self.clock.monotonic_ns() + self.ttl_ns)
 
-    def renew(self, lease: NodeLease, mark: int) -> NodeLease:
+    def renew(self, lease: MemberLease, mark: int) -> MemberLease:
         sent = self.clock.monotonic_ns()
         if self.gate is not None:
             self.entered.set()
@@ -62,8 +53,8 @@ class Members:
             raise self.fail("membership store says no")
         return attrs.evolve(lease, deadline_ns=sent + self.ttl_ns)
 
-    def release(self, lease: NodeLease, mark: int) -> None:
-        self.released.append((lease.node, lease.epoch, mark))
+    def release(self, lease: MemberLease, mark: int) -> None:
+        self.released.append((lease.member.node, lease.epoch, mark))
 
     def watch(self, callback) -> None:
         self.pushed = callback
@@ -76,12 +67,12 @@ class Members:
 class Serving:
     """The target: serves while the deadline lasts."""
 
-    bound: list[NodeLease] = attrs.Factory(list)
+    bound: list[MemberLease] = attrs.Factory(list)
     deadline: int | None = None
     revoked: list[str] = attrs.Factory(list)
     progress: int = 42
 
-    def bind(self, lease: NodeLease) -> None:
+    def bind(self, lease: MemberLease) -> None:
         self.bound.append(lease)
         self.deadline = lease.deadline_ns
 
@@ -100,13 +91,13 @@ class Serving:
 class Log:
     seen: list[tuple[str, str]] = attrs.Factory(list)
 
-    def lease_acquired(self, owner: str, lease: NodeLease) -> None:
+    def lease_acquired(self, owner: str, lease: MemberLease) -> None:
         self.seen.append(("acquired", lease.subject))
 
-    def lease_renewed(self, owner: str, lease: NodeLease) -> None:
+    def lease_renewed(self, owner: str, lease: MemberLease) -> None:
         self.seen.append(("renewed", lease.subject))
 
-    def lease_lost(self, owner: str, lease: NodeLease, reason: str) -> None:
+    def lease_lost(self, owner: str, lease: MemberLease, reason: str) -> None:
         self.seen.append(("lost", reason))
 
 
@@ -120,7 +111,7 @@ def test_renewal_extends_from_the_send_time_and_failures_keep_the_deadline():
     k, src, log = keeper(clock)
     target = Serving()
     lease = k.start(target)
-    assert target.bound == [lease] and log.seen == [("acquired", "node n1")]
+    assert target.bound == [lease] and log.seen == [("acquired", "member n1")]
     clock.advance(3)
     assert k.renew_once()
     assert target.deadline == clock.monotonic_ns() + src.ttl_ns

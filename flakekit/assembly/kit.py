@@ -37,6 +37,7 @@ from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.events import Events
 from flakekit.values.formats import DECIMAL, IdFormat
 from flakekit.values.layout import BitLayout
+from flakekit.values.lifecycle import StartsInWith
 from flakekit.values.timeunits import format_unit
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ def typed_generators(config: Config, host: PluginHost) -> dict[str, TypedGenerat
 
 
 @attrs.define(eq=False)
-class Kit:
+class Kit(StartsInWith):
     """The generators of one config. ``kit["name"]`` starts that generator on first use."""
 
     config: Config
@@ -294,12 +295,6 @@ class Kit:
             self.pool.dispose()
         if error is not None:
             raise error
-
-    def __enter__(self) -> Kit:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def stats(self) -> Mapping[str, contracts.StatsRecord]:
         """The stats record of every started generator that keeps them (:class:`HasStats`)."""

@@ -48,6 +48,7 @@ from flakekit.generators.segment_settings import SegmentSettings
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.events import NO_EVENTS, Events
+from flakekit.values.lifecycle import StartsInWith
 from flakekit.values.periods import (
     Period,
     PeriodFormat,
@@ -102,7 +103,7 @@ def _never() -> int:
 _NONE = _Live(None, None, 0, _NEVER_NS)
 
 
-class PeriodicSegment:
+class PeriodicSegment(StartsInWith):
     """IDs of ``key`` that start again every period (``settings.reset``). Thread-safe.
 
     ``next_id()`` gives the period's digits followed by the zero-padded number
@@ -191,12 +192,6 @@ class PeriodicSegment:
             self._thread.join(timeout)
         for closer in self._closers:
             closer.join(timeout)
-
-    def __enter__(self) -> PeriodicSegment:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- hot path -------------------------------------------------------------------------
     def next_id(self) -> int:

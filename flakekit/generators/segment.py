@@ -72,6 +72,7 @@ from flakekit.values.counter import peek
 from flakekit.values.events import NO_EVENTS, Events
 from flakekit.values.forks import after_fork_in_child
 from flakekit.values.formats import StringIds
+from flakekit.values.lifecycle import StartsInWith
 from flakekit.values.stats import LATENCY_BOUNDS_NS, BufferStats, SegmentStats
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ class _Stats:
         self.last_error: str | None = None
 
 
-class SegmentGenerator(StringIds):
+class SegmentGenerator(StringIds, StartsInWith):
     """IDs for one key from Leaf-style segments. Thread-safe.
 
     Args:
@@ -297,12 +298,6 @@ class SegmentGenerator(StringIds):
             return
         if self.settings.give_back and self._started:
             self._give_back(cur if cur is not _EMPTY else None, line)
-
-    def __enter__(self) -> SegmentGenerator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- hot path -------------------------------------------------------------------------
     def next_id(self) -> int:

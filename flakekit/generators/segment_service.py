@@ -32,6 +32,7 @@ from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.events import NO_EVENTS, Events
+from flakekit.values.lifecycle import StartsInWith
 from flakekit.values.periods import is_period_key
 from flakekit.values.stats import SegmentStats
 
@@ -48,7 +49,7 @@ _UNKNOWN_MAX = 10_000
 
 
 @attrs.define
-class SegmentService:
+class SegmentService(StartsInWith):
     """Lazily started :class:`SegmentGenerator` per key of ``store``. Thread-safe.
 
     Args:
@@ -111,12 +112,6 @@ class SegmentService:
         if self._own_pool and self.pool is not None:
             self.pool.close()
         self._remember(sorted(gens))
-
-    def __enter__(self) -> SegmentService:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- keys -------------------------------------------------------------------------------
     def refresh_keys(self) -> None:

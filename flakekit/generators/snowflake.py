@@ -29,6 +29,7 @@ from flakekit.values.events import NO_EVENTS, Events
 from flakekit.values.forks import after_fork_in_child
 from flakekit.values.formats import StringIds
 from flakekit.values.layout import BitLayout
+from flakekit.values.lifecycle import StartsInWith
 from flakekit.values.stats import SnowflakeStats
 
 from .snowflake_core import OneWorker
@@ -38,7 +39,7 @@ from .ticks import TickClock
 __all__ = ["SeveralLeases", "SnowflakeGenerator"]
 
 
-class SnowflakeGenerator(StringIds):
+class SnowflakeGenerator(StringIds, StartsInWith):
     """Time-ordered 64-bit IDs for one layout, one clock and one worker lease.
 
     Args:
@@ -220,12 +221,6 @@ class SnowflakeGenerator(StringIds):
         for keeper in self.keepers:
             keeper.close()
         return self.start()
-
-    def __enter__(self) -> SnowflakeGenerator:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- introspection ----------------------------------------------------------------------
     @property

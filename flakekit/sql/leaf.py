@@ -651,6 +651,28 @@ class SqlSegmentStore:
         except SQLAlchemyError as exc:
             raise self._translate(f"looking up key {key!r}", exc) from None
 
+    def insert_key(self, key: str, start: int, step: int, description: str | None,
+                   what: str) -> bool:
+        """Insert a new key's row (creating the table first if needed); False if the key
+        has a row already. ``what`` (``creating key 'x'``) names the work in a
+        BackendError."""
+        self.init_schema()
+        try:
+            detect = failover.detection_ready(self.engine)
+            if detect:
+                failover.prepare(self.engine, self._table_scope)
+            with self.engine.begin() as conn:
+                conn.execute(insert(self._table).values(
+                    biz_tag=key, max_id=start, step=step, description=description,
+                    update_time=func.current_timestamp()))
+                if detect:  # a new key, not one first fetched after a fail-over
+                    failover.mark_written(conn, self._scope(key))
+        except IntegrityError:
+            return False
+        except SQLAlchemyError as exc:
+            raise self._translate(what, exc) from None
+        return True
+
     def info(self, key: str | None = None) -> list[KeyInfo]:
         """The rows (one key, or all), for ``flakekit segments``."""
         t = self._table
@@ -683,28 +705,11 @@ class SqlSegmentStore:
             )
         if description is not None and len(description) > 256:
             raise ConfigError("description", "must be at most 256 characters")
-        self.init_schema()
-        t = self._table
-        try:
-            detect = failover.detection_ready(self.engine)
-            if detect:
-                failover.prepare(self.engine, self._table_scope)
-            with self.engine.begin() as conn:
-                conn.execute(
-                    insert(t).values(
-                        biz_tag=key, max_id=start, step=step, description=description,
-                        update_time=func.current_timestamp(),
-                    )
-                )
-                if detect:  # a new key, not one first fetched after a fail-over
-                    failover.mark_written(conn, self._scope(key))
-        except IntegrityError:
+        if not self.insert_key(key, start, step, description, f"creating key {key!r}"):
             row = self.info(key)
             now = f" (max_id {row[0].max_id}, step {row[0].step})" if row else ""
             raise ConfigError(
                 "KEY", f"segment key {key!r} already exists{now}; pick another name, or change "
                 f"its step with UPDATE {self.table_name} SET step = N WHERE biz_tag = '{key}'"
-            ) from None
-        except SQLAlchemyError as exc:
-            raise self._translate(f"creating key {key!r}", exc) from None
+            )
         return self.info(key)[0]

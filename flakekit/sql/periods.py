@@ -12,11 +12,10 @@ import re
 from typing import TYPE_CHECKING
 
 import attrs
-from sqlalchemy import delete, insert, select
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy import delete, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from flakekit.errors import ConfigError
-from flakekit.sql import failover
 from flakekit.sql.dbclock import aware_utc, db_now, dialect_of
 from flakekit.values.periods import PERIOD_KEY, PeriodRule
 
@@ -57,22 +56,8 @@ def ensure_period_key(store: SqlSegmentStore, key: str, step: int, start: int,
     and the others find its row. A row of that name that flakekit did not create for the
     same counter (its description differs) is refused, never shared.
     """
-    store.init_schema()
-    t = store._table
-    try:
-        detect = failover.detection_ready(store.engine)
-        if detect:
-            failover.prepare(store.engine, store._table_scope)
-        with store.engine.begin() as conn:
-            conn.execute(insert(t).values(biz_tag=key, max_id=start, step=step,
-                                          description=description))
-            if detect:  # a new period's key, not one first fetched after a fail-over
-                failover.mark_written(conn, store._scope(key))
+    if store.insert_key(key, start, step, description, f"creating period key {key!r}"):
         return True
-    except IntegrityError:
-        pass
-    except SQLAlchemyError as exc:
-        raise store._translate(f"creating period key {key!r}", exc) from None
     rows = store.info(key)
     if not rows:   # deleted between the insert and the read: a prune racing a boundary
         raise ConfigError("key", f"period key {key!r} vanished while it was created; retry")

@@ -14,6 +14,7 @@ docs/operations.md); a server that is down fails the test naming it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,36 +46,48 @@ def event_recorder() -> EventRecorder:
     return EventRecorder()
 
 
+@contextlib.contextmanager
+def cleaned_up(make: Callable[..., T],
+               cleanup: Callable[[T], object]) -> Iterator[Callable[..., T]]:
+    """The body of a fixture that hands out a factory: yields a function that calls
+    ``make`` and keeps what it made; on exit calls ``cleanup`` on each, newest first.
+
+    ``with cleaned_up(Thing, Thing.stop) as make: yield make``
+    """
+    made: list[T] = []
+
+    def factory(*args: Any, **kw: Any) -> T:
+        obj = make(*args, **kw)
+        made.append(obj)
+        return obj
+
+    try:
+        yield factory
+    finally:
+        for obj in reversed(made):
+            cleanup(obj)
+
+
+def _started_proxy(target_port: int) -> TcpProxy:
+    proxy = TcpProxy(target_port)
+    proxy.start()
+    return proxy
+
+
 @pytest.fixture
 def tcp_proxy() -> Iterator[Callable[[int], TcpProxy]]:
     """Start a loopback TCP proxy: ``tcp_proxy(target_port)`` returns a started proxy;
     all are stopped afterwards."""
-    started: list[TcpProxy] = []
-
-    def start(target_port: int) -> TcpProxy:
-        proxy = TcpProxy(target_port)
-        proxy.start()
-        started.append(proxy)
-        return proxy
-
-    yield start
-    for proxy in started:
-        proxy.stop()
+    with cleaned_up(_started_proxy, TcpProxy.stop) as start:
+        yield start
 
 
 @pytest.fixture
 def closing() -> Iterator[Callable[[Any], Any]]:
     """``closing(obj)`` returns ``obj`` and calls its ``close()`` after the test (in
     reverse order): for the allocators and stores a contract binding makes."""
-    made: list[Any] = []
-
-    def register(obj: T) -> T:
-        made.append(obj)
-        return obj
-
-    yield register
-    for obj in reversed(made):
-        obj.close()
+    with cleaned_up(lambda obj: obj, lambda obj: obj.close()) as register:
+        yield register
 
 
 @pytest.fixture

@@ -152,16 +152,11 @@ class Server:
 @pytest.fixture
 def start_server(tmp_path) -> Iterator[Any]:
     """``start_server(config, *args)`` starts `flakekit serve`; all are stopped afterwards."""
-    servers: list[Server] = []
+    from flakekit.testing.pytest_plugin import cleaned_up
 
-    def start(config: Path | None, *args: str, **kw: Any) -> Server:
-        server = Server(config, *args, tmp=tmp_path, **kw)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+    with cleaned_up(lambda config, *args, **kw: Server(config, *args, tmp=tmp_path, **kw),
+                    Server.stop) as start:
+        yield start
 
 
 @contextlib.contextmanager
