@@ -183,11 +183,9 @@ def _engine(pool: Any, gen: _SqlGenerator) -> Any:
 def _db_error(exc: Exception, engine: Any) -> BackendError:
     """One line naming the database (password hidden) and the driver's first line."""
     from flakekit.sql.backends import describe_engine
+    from flakekit.sql.leaf import driver_message
 
-    orig = getattr(exc, "orig", None) or exc
-    lines = str(orig).strip().splitlines()
-    return BackendError(f"database {describe_engine(engine)}: "
-                        f"{lines[0] if lines else type(orig).__name__}")
+    return BackendError(f"database {describe_engine(engine)}: {driver_message(exc)}")
 
 
 def register_commands(cli: click.Group) -> None:

@@ -27,6 +27,7 @@ import importlib
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -121,6 +122,17 @@ def _env_list(name: str) -> list[str] | None:
     if value is None:
         return None
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+class _RegistryOf:
+    """``host.layouts`` and the like: the host's registry of one kind (its built-ins
+    loaded first)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __get__(self, host: PluginHost, owner: type | None = None) -> Registry:
+        return host._registry(self.kind)
 
 
 @attrs.define
@@ -277,7 +289,7 @@ class PluginHost:
             dist, version, module = self._origins[name]
             return f"plugin {name!r} (distribution {dist} {version}, module {module})"
         plugin = self._pm.get_plugin(name)
-        module = getattr(plugin, "__name__", None) or type(plugin).__module__
+        module = plugin.__name__ if isinstance(plugin, ModuleType) else type(plugin).__module__
         return f"plugin {name!r} (module {module})"
 
     def register(self, plugin: Any, name: str | None = None) -> str:
@@ -308,29 +320,13 @@ class PluginHost:
         self._builtins(_HOOKS[kind])
         return self._registries[kind]
 
-    @property
-    def layouts(self) -> Registry:
-        return self._registry("layout")
-
-    @property
-    def clocks(self) -> Registry:
-        return self._registry("clock")
-
-    @property
-    def allocators(self) -> Registry:
-        return self._registry("allocator")
-
-    @property
-    def segment_stores(self) -> Registry:
-        return self._registry("segment store")
-
-    @property
-    def strategies(self) -> Registry:
-        return self._registry("strategy")
-
-    @property
-    def memberships(self) -> Registry:
-        return self._registry("membership")
+    #: each kind's registry, its built-ins loaded on first use
+    layouts = _RegistryOf("layout")
+    clocks = _RegistryOf("clock")
+    allocators = _RegistryOf("allocator")
+    segment_stores = _RegistryOf("segment store")
+    strategies = _RegistryOf("strategy")
+    memberships = _RegistryOf("membership")
 
     def layout(self, name: str, path: str = "layout") -> BitLayout:
         """Build the registered layout ``name``."""

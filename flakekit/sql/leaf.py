@@ -53,6 +53,7 @@ from sqlalchemy.exc import (
     OperationalError,
     ProgrammingError,
     SQLAlchemyError,
+    StatementError,
 )
 
 from flakekit.cluster.membership import KeyClaim, KeyOwnerRecord
@@ -194,6 +195,14 @@ def _plain(value: object) -> object:
     return value if value is None or isinstance(value, (int, float, str)) else str(value)
 
 
+
+def driver_message(exc: BaseException) -> str:
+    """The first line of the driver's error behind a SQLAlchemy one (or of ``exc`` itself;
+    its type's name when it has no text)."""
+    orig = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
+    text = str(orig).strip()
+    return text.splitlines()[0] if text else type(orig).__name__
+
 @attrs.frozen
 class KeyInfo:
     """One ``leaf_alloc`` row, for listings. ``problem`` says why no fetch can use it.
@@ -275,10 +284,8 @@ class SqlSegmentStore:
         return f"{self.table_name} at {self.engine.url.render_as_string(hide_password=True)}"
 
     def _backend_error(self, action: str, exc: BaseException) -> BackendError:
-        orig = getattr(exc, "orig", None) or exc
-        first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
         return BackendError(with_stall_cause(
-            self.engine, f"segment store {self.where}: {action} failed: {first}"))
+            self.engine, f"segment store {self.where}: {action} failed: {driver_message(exc)}"))
 
     def stall_cause(self) -> str | None:
         """Why commits wait now (an away synchronous standby), without waiting: for the
