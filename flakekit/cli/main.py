@@ -83,12 +83,16 @@ class _LogRouting:
         self._logging_module()
         warnings.showwarning(*args, **kwargs)
 
-    def _install(self, module: Any) -> None:
+    def _unhook(self) -> None:
+        """Take back the import hook and the early warning route (either may be gone)."""
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
         if warnings.showwarning == self._warn:
             warnings.showwarning = self._showwarning
+
+    def _install(self, module: Any) -> None:
+        self._unhook()
         self._logging = module
         self._saved = module.lastResort
         self._saved_level = module.getLogger("flakekit").level
@@ -109,11 +113,7 @@ class _LogRouting:
         lg.getLogger("flakekit").setLevel(handler.level)
 
     def restore(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-        if warnings.showwarning == self._warn:
-            warnings.showwarning = self._showwarning
+        self._unhook()
         lg = self._logging
         if lg is None:
             return

@@ -323,12 +323,18 @@ class SegmentGenerator(StringIds, StartsInWith):
 
     def _slow(self, buf: _Buffer, value: int) -> int:
         with self._cond:
-            if value < buf.hard_end and not self._expired(buf):
-                # crossed the prefetch point, or raced a switch
-                if not buf.triggered:
-                    self._trigger(buf)
+            if self._still_yours(buf, value):
                 return value
             return self._take_locked()
+
+    def _still_yours(self, buf: _Buffer, value: int) -> bool:
+        """(lock held) ``value``, drawn from ``buf`` past its fast-path end, may still go
+        out: it crossed the prefetch point (which starts the prefetch) or raced a switch."""
+        if value < buf.hard_end and not self._expired(buf):
+            if not buf.triggered:
+                self._trigger(buf)
+            return True
+        return False
 
     def _take_locked(self) -> int:
         wait: _Wait | None = None
@@ -505,9 +511,7 @@ class SegmentGenerator(StringIds, StartsInWith):
         if value < buf.end and (not self._ttl or self.clock.monotonic_ns() <= buf.expires):
             return value
         with self._cond:
-            if value < buf.hard_end and not self._expired(buf):
-                if not buf.triggered:
-                    self._trigger(buf)
+            if self._still_yours(buf, value):
                 return value
             self._check_open()
             if self._expired(self._cur):
