@@ -12,16 +12,14 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import Iterable
 
 from flakekit.client import (
-    DEFAULT_RETRY_BUDGET,
     Answer,
     Attempts,
     ClusterView,
     Done,
     NodeUrl,
-    Routing,
+    RoutingClient,
     ViewRead,
     check_count,
     check_key,
@@ -94,23 +92,18 @@ class _Conn:
         self.writer.close()
 
 
-class AsyncClient:
+class AsyncClient(RoutingClient):
     """IDs from ``flakekit serve`` nodes, for asyncio (one event loop).
 
     Arguments as :class:`flakekit.client.Client`. Use ``async with AsyncClient(...)`` or
     call :meth:`aclose`.
     """
 
-    def __init__(self, urls: str | Iterable[str], *, timeout: float = 5.0,
-                 retry_budget: float = DEFAULT_RETRY_BUDGET, buffer: int = 0,
-                 token: str | None = None) -> None:
-        self.routing = Routing(urls, timeout=timeout, retry_budget=retry_budget, buffer=buffer,
-                               token=token)
+    def _init_io(self) -> None:
         self._idle: dict[str, list[_Conn]] = {}
         self._buffers: dict[str, deque[int]] = {}
         self._fills: dict[str, asyncio.Task[list[int]]] = {}
         self._refreshing: asyncio.Task[None] | None = None
-        self._closed = False
 
     # -- the API -----------------------------------------------------------------------------
     async def next_id(self, key: str) -> int:

@@ -37,7 +37,7 @@ from flakekit.errors import (
 from flakekit.values.cluster import Member, View
 from flakekit.values.owners import HASH_NAME, OwnerMap
 
-__all__ = ["Client", "ClusterView", "NodeUrl", "Routing", "ViewRead", "parse_url"]
+__all__ = ["Client", "ClusterView", "NodeUrl", "Routing", "RoutingClient", "ViewRead", "parse_url"]
 
 CLUSTER_PATH = "/api/v1/cluster"
 GENERATORS_PATH = "/api/v1/generators"
@@ -589,7 +589,23 @@ class _Buffer:
     cond: threading.Condition = attrs.field(factory=threading.Condition)
 
 
-class Client:
+class RoutingClient:
+    """What :class:`Client` and :class:`~flakekit.aio_client.AsyncClient` share: the
+    arguments, checked into a :class:`Routing`; each adds its I/O state (``_init_io``)."""
+
+    def __init__(self, urls: str | Iterable[str], *, timeout: float = 5.0,
+                 retry_budget: float = DEFAULT_RETRY_BUDGET, buffer: int = 0,
+                 token: str | None = None) -> None:
+        self.routing = Routing(urls, timeout=timeout, retry_budget=retry_budget, buffer=buffer,
+                               token=token)
+        self._closed = False
+        self._init_io()
+
+    def _init_io(self) -> None:
+        raise NotImplementedError
+
+
+class Client(RoutingClient):
     """IDs from ``flakekit serve`` nodes (thread-safe).
 
     Args:
@@ -602,16 +618,11 @@ class Client:
         token: sent as ``Authorization: Bearer TOKEN``.
     """
 
-    def __init__(self, urls: str | Iterable[str], *, timeout: float = 5.0,
-                 retry_budget: float = DEFAULT_RETRY_BUDGET, buffer: int = 0,
-                 token: str | None = None) -> None:
-        self.routing = Routing(urls, timeout=timeout, retry_budget=retry_budget, buffer=buffer,
-                               token=token)
+    def _init_io(self) -> None:
         self._pools: dict[str, _Pool] = {}
         self._buffers: dict[str, _Buffer] = {}
         self._lock = threading.Lock()
         self._view_lock = threading.Lock()
-        self._closed = False
         self._threads: set[threading.Thread] = set()
 
     # -- the API -----------------------------------------------------------------------------

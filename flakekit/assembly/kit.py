@@ -281,14 +281,10 @@ class Kit(StartsInWith):
             runtime, self._node = self._node, None
             # claims and membership first (a node closes the membership it was given)
             closeable = runtime if runtime is not None else self.membership
-            if closeable is not None:
+            parts = [closeable] if closeable is not None else []
+            for part in [*parts, *self.generators.values()]:
                 try:
-                    closeable.close()
-                except Exception as exc:  # noqa: BLE001 - closed the rest first, then raised
-                    error = error or exc
-            for gen in self.generators.values():
-                try:
-                    gen.close()
+                    part.close()
                 except Exception as exc:  # noqa: BLE001 - closed the rest first, then raised
                     error = error or exc
             self._started.clear()
