@@ -352,6 +352,14 @@ class SqlSegmentStore:
             check_schema(self.engine, comp)  # the one-line newer/older message
         self._version_ok = True
 
+    @contextmanager
+    def _translating(self, action: str) -> Iterator[None]:
+        """Database errors inside the block raised as flakekit errors (:meth:`_translate`)."""
+        try:
+            yield
+        except SQLAlchemyError as exc:
+            raise self._translate(action, exc) from None
+
     def _translate(self, action: str, exc: SQLAlchemyError) -> Exception:
         """A database error as a flakekit error; a missing table becomes a SchemaError."""
         missing_table = isinstance(exc, ProgrammingError) or (
@@ -566,31 +574,23 @@ class SqlSegmentStore:
     def claim_key(self, claim: KeyClaim, waited: bool) -> bool:
         """Take a strict key for ``claim.node`` at ``claim.epoch`` (see
         :mod:`flakekit.sql.key_owner`)."""
-        try:
+        with self._translating(f"claiming key {claim.key!r}"):
             return key_owner.claim_key(self.engine, claim, waited, self.events)
-        except SQLAlchemyError as exc:
-            raise self._translate(f"claiming key {claim.key!r}", exc) from None
 
     def release_key(self, claim: KeyClaim) -> bool:
         """Release a strict key, fenced by node and epoch."""
-        try:
+        with self._translating(f"releasing key {claim.key!r}"):
             return key_owner.release_key(self.engine, claim)
-        except SQLAlchemyError as exc:
-            raise self._translate(f"releasing key {claim.key!r}", exc) from None
 
     def key_owners(self) -> list[KeyOwnerRecord]:
         """The key-owner table."""
-        try:
+        with self._translating("listing key owners"):
             return key_owner.key_owners(self.engine)
-        except SQLAlchemyError as exc:
-            raise self._translate("listing key owners", exc) from None
 
     def key_owner(self, key: str) -> KeyOwnerRecord | None:
         """``key``'s row of the key-owner table (None: never claimed)."""
-        try:
+        with self._translating(f"reading the owner of key {key!r}"):
             return key_owner.key_owner_of(self.engine, key)
-        except SQLAlchemyError as exc:
-            raise self._translate(f"reading the owner of key {key!r}", exc) from None
 
     def _no_autocommit(self, conn: Connection) -> None:
         """Make sure ``conn`` runs a real transaction even on an AUTOCOMMIT engine."""
@@ -643,20 +643,13 @@ class SqlSegmentStore:
     def keys(self) -> list[str]:
         """Every ``biz_tag`` in the table, sorted."""
         t = self._table
-        try:
-            with self.engine.connect() as conn:
-                return sorted(r[0] for r in conn.execute(select(t.c.biz_tag)))
-        except SQLAlchemyError as exc:
-            raise self._translate("listing keys", exc) from None
+        with self._translating("listing keys"), self.engine.connect() as conn:
+            return sorted(r[0] for r in conn.execute(select(t.c.biz_tag)))
 
     def exists(self, key: str) -> bool:
         t = self._table
-        try:
-            with self.engine.connect() as conn:
-                row = conn.execute(select(t.c.biz_tag).where(t.c.biz_tag == key)).first()
-                return row is not None
-        except SQLAlchemyError as exc:
-            raise self._translate(f"looking up key {key!r}", exc) from None
+        with self._translating(f"looking up key {key!r}"), self.engine.connect() as conn:
+            return conn.execute(select(t.c.biz_tag).where(t.c.biz_tag == key)).first() is not None
 
     def insert_key(self, key: str, start: int, step: int, description: str | None,
                    what: str) -> bool:
