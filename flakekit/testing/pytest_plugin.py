@@ -90,24 +90,32 @@ def closing() -> Iterator[Callable[[Any], Any]]:
         yield register
 
 
+def _database_url(kind: str, tmp_path: Path) -> Iterator[str]:
+    """The body of the database fixtures: a fresh ``kind`` database's URL (``sqlite``: a
+    file in ``tmp_path``), a server database dropped afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'flakekit.db'}"
+        return
+    with fresh_server_database(kind) as url:
+        yield url
+
+
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def pg_url(tmp_path: Path) -> Iterator[str]:
     """URL of a new, empty PostgreSQL database, dropped afterwards."""
-    with fresh_server_database("postgresql") as url:
-        yield url
+    yield from _database_url("postgresql", tmp_path)
 
 
 @pytest.fixture
-def mariadb_url() -> Iterator[str]:
+def mariadb_url(tmp_path: Path) -> Iterator[str]:
     """URL of a new, empty MariaDB database, dropped afterwards."""
-    with fresh_server_database("mariadb") as url:
-        yield url
+    yield from _database_url("mariadb", tmp_path)
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
+def sqlite_url(tmp_path: Path) -> Iterator[str]:
     """URL of a SQLite file in a temporary directory."""
-    return f"sqlite:///{tmp_path / 'flakekit.db'}"
+    yield from _database_url("sqlite", tmp_path)
 
 
 @pytest.fixture(
@@ -119,8 +127,4 @@ def sqlite_url(tmp_path: Path) -> str:
 )
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The same test on a fresh PostgreSQL, MariaDB and SQLite database."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'flakekit.db'}"
-        return
-    with fresh_server_database(request.param) as url:
-        yield url
+    yield from _database_url(request.param, tmp_path)
