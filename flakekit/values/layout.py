@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -49,32 +49,29 @@ def _as_fields(value: Any) -> tuple[tuple[str, int], ...]:
     return tuple(fields)
 
 
+def _parsed(field: str, parse: Callable[[Any], int], value: Any) -> int:
+    """``parse(value)``, its ValueError as a LayoutError naming ``field``."""
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise LayoutError(field, str(exc)) from None
+
+
 def _as_unit(value: Any) -> int:
     """An int is nanoseconds; a string is "1ms", "10ms", "1s"..."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1_000:
             raise LayoutError("unit", f"a time unit must be at least 1us (1000 ns), got {value} ns")
         return value
-    try:
-        return parse_unit_ns(value)
-    except ValueError as exc:
-        raise LayoutError("unit", str(exc)) from None
+    return _parsed("unit", parse_unit_ns, value)
 
 
 def _as_epoch(value: Any) -> int:
-    try:
-        return parse_epoch_ms(value)
-    except ValueError as exc:
-        raise LayoutError("epoch", str(exc)) from None
+    return _parsed("epoch", parse_epoch_ms, value)
 
 
 def _as_since(value: Any) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_epoch_ms(value)
-    except ValueError as exc:
-        raise LayoutError("since", str(exc)) from None
+    return None if value is None else _parsed("since", parse_epoch_ms, value)
 
 
 @attrs.frozen
