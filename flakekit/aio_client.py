@@ -149,13 +149,9 @@ class AsyncClient(RoutingClient):
 
     # -- buffer ------------------------------------------------------------------------------
     async def _strict(self, key: str) -> bool:
-        routing = self.routing
-        if routing.view_due(time.monotonic()):
+        if self.routing.view_due(time.monotonic()):
             await self._refresh_view(None)
-        if routing.is_strict(key):
-            self._buffers.pop(key, None)   # learned strict: buffered IDs would break the order
-            return True
-        return False
+        return self._learned_strict(key)
 
     def _fill(self, key: str) -> asyncio.Task[list[int]]:
         task = self._fills.get(key)

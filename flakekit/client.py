@@ -601,8 +601,18 @@ class RoutingClient:
         self._closed = False
         self._init_io()
 
+    _buffers: dict[str, Any]   # key -> its buffered IDs (each client keeps its own kind)
+
     def _init_io(self) -> None:
         raise NotImplementedError
+
+    def _learned_strict(self, key: str) -> bool:
+        """Whether ``key`` is strict as far as this client knows; a strict key's buffer
+        is dropped (buffered IDs would break its order)."""
+        if self.routing.is_strict(key):
+            self._buffers.pop(key, None)
+            return True
+        return False
 
 
 class Client(RoutingClient):
@@ -663,13 +673,9 @@ class Client(RoutingClient):
 
     # -- buffer ------------------------------------------------------------------------------
     def _strict(self, key: str) -> bool:
-        routing = self.routing
-        if routing.view_due(time.monotonic()):
+        if self.routing.view_due(time.monotonic()):
             self._refresh_view(None)
-        if routing.is_strict(key):
-            self._buffers.pop(key, None)   # learned strict: buffered IDs would break the order
-            return True
-        return False
+        return self._learned_strict(key)
 
     def _buffered(self, key: str) -> int:
         size = self.routing.buffer
