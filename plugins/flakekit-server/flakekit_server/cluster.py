@@ -84,6 +84,7 @@ class ClusterHttp:
         self.generators: dict[str, str] = {}
         self._shapes: dict[tuple[str, bytes], Shape | None] = {}
         self._elsewhere: dict[str, NotOwnerError] = {}
+        self._suffixes: dict[str, bytes] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.forwards: Counter[str] = Counter({"ok": 0, "failed": 0})
@@ -244,7 +245,11 @@ class ClusterHttp:
                 if len(self._shapes) < SHAPES_KEPT:
                     self._shapes[route, url] = shape
         if shape is not None:   # one ID: with the others waiting for the key (coalesce.py)
-            self.coalescer.submit(advertise, shape[0], authorization, shape[1], relayed)
+            suffix = self._suffixes.get(node)
+            if suffix is None:
+                suffix = self._suffixes[node] = RELAYED_FROM + node.encode("latin-1") + b"\r\n"
+            self.coalescer.submit((advertise, shape[0], authorization),
+                                  (shape[1], reply, route, relayed, suffix))
         else:
             self.forwarder.send(advertise, method, url, authorization, relayed)
 
@@ -292,7 +297,8 @@ class ClusterHttp:
             "handoff_sum_ms": self.handoff_sum_ms,
             "handoff_count": self.handoff_count,
             "runtime": {k: v for k, v in stats.items() if isinstance(v, (int, float))},
-            "forwards": dict(self.forwards),
+            "forwards": {"ok": self.forwards["ok"] + self.coalescer.served,
+                         "failed": self.forwards["failed"]},
             "coalesced": {"batches": self.coalescer.batches,
                           "requests": self.coalescer.requests},
             "misdirected": self.misdirected,

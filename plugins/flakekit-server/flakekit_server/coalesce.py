@@ -6,10 +6,11 @@ HTTP exchange per ID. Instead, the common single-ID requests of one key (the Lea
 ``/api/segment/get/KEY`` and ``/api/v1/next/NAME`` with ``count=1`` in format
 ``numbers`` or ``text``) are **coalesced** per (owner, generator, ``Authorization``):
 
-* while no upstream request of the group is in flight, a request is sent at once, as a
-  batch of one;
+* while no upstream request of the group is in flight, a request is sent at the end of
+  the event loop's round (with the requests read in the same round: a batch of those);
 * while one is in flight, further requests wait in arrival order; when the answer comes,
-  the next upstream request asks for exactly as many IDs as there are waiting requests
+  the next upstream request (again at the end of that round) asks for exactly as many IDs
+  as there are waiting requests
   (``GET /api/v1/next/NAME?count=N``, at most ``MAX_BATCH``) and the N IDs of its
   answer go to those N requests in arrival order, each answered as the owner answers
   that request alone (Leaf's plain body or the JSON API's, ``X-Flakekit-Owner-Epoch``
@@ -44,14 +45,16 @@ its own) is forwarded unchanged, one upstream request each.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import unquote
 
 from flakekit_server.forward import Forwarder, ForwardError, Relayed
 
-__all__ = ["MAX_BATCH", "Coalescer", "Shape", "single_shape"]
+__all__ = ["MAX_BATCH", "Coalescer", "Group", "Shape", "Waiter", "single_shape"]
 
 #: at most this many requests share one upstream request
 MAX_BATCH = 512
@@ -116,22 +119,22 @@ def single_shape(route: str, url: bytes, generators: dict[str, str]) -> Shape | 
     return name.encode(), _text_body if fmt == "text" else _numbers(name)
 
 
-class _Waiter:
-    __slots__ = ("answered", "render")
+#: one waiting request: ``render`` (its ID -> content type and body), ``reply`` (the
+#: transport's: ``(status, ctype, body, headers, route)``), its ``route``, ``failed``
+#: (a refusal or forward error, relayed as for an unbatched forward) and ``suffix`` (the
+#: header lines added to the owner's: which node it came from)
+Waiter = tuple[Callable[[bytes], tuple[bytes, bytes]], Callable[[Any], None], str,
+               Callable[[Relayed | None, ForwardError | None], None], bytes]
+Group = tuple[str, bytes, bytes | None]   # owner's advertise URL, generator, Authorization
 
-    def __init__(self, render: Callable[[bytes], tuple[bytes, bytes]],
-                 answered: Callable[[Relayed | None, ForwardError | None], None]) -> None:
-        self.render = render
-        self.answered = answered
 
-
-class _Group:
+class _Queue:
     __slots__ = ("busy", "limit", "waiting")
 
     def __init__(self) -> None:
         self.busy = False
         self.limit = MAX_BATCH
-        self.waiting: list[_Waiter] = []
+        self.waiting: list[Waiter] = []
 
 
 class Coalescer:
@@ -140,57 +143,52 @@ class Coalescer:
 
     def __init__(self, forwarder: Forwarder) -> None:
         self.forwarder = forwarder
-        self._groups: dict[tuple[str, bytes, bytes | None], _Group] = {}
-        #: upstream requests sent, requests they served (with IDs or a relayed refusal)
+        self._queues: dict[Group, _Queue] = {}
+        #: upstream requests sent; requests they answered, and those answered with an ID
         self.batches = 0
         self.requests = 0
-        #: called with (group, batch size) as a batch is sent (tests watch batches form)
-        self.on_send: Callable[[tuple[str, bytes, bytes | None], int], None] | None = None
+        self.served = 0
 
-    def submit(self, advertise: str, generator: bytes, authorization: bytes | None,
-               render: Callable[[bytes], tuple[bytes, bytes]],
-               answered: Callable[[Relayed | None, ForwardError | None], None]) -> None:
-        """Queue a single-ID request; ``answered(relayed, None)`` gets its answer as the
-        owner would have given it alone, ``answered(None, error)`` a forward error."""
-        group_key = (advertise, generator, authorization)
-        group = self._groups.get(group_key)
-        if group is None:
-            group = self._groups[group_key] = _Group()
-        group.waiting.append(_Waiter(render, answered))
-        if not group.busy:
-            self._send(group_key, group)
+    def submit(self, group: Group, waiter: Waiter) -> None:
+        """Queue one single-ID request of ``group``; it is answered through ``waiter``."""
+        queue = self._queues.get(group)
+        if queue is None:
+            queue = self._queues[group] = _Queue()
+        queue.waiting.append(waiter)
+        if not queue.busy:   # sent once the loop has read what arrived with it
+            queue.busy = True
+            asyncio.get_running_loop().call_soon(self._send, group, queue)
 
-    def _send(self, group_key: tuple[str, bytes, bytes | None], group: _Group) -> None:
+    def _send(self, group: Group, queue: _Queue) -> None:
         """Send the next batch: the requests waiting now (nothing that arrives after)."""
-        if not group.waiting:
-            group.busy = False
-            if len(self._groups) > 1024:   # many tokens or owners over time: forget idle ones
-                self._groups.pop(group_key, None)
+        if not queue.waiting:
+            queue.busy = False
+            if len(self._queues) > 1024:   # many tokens or owners over time: forget idle ones
+                self._queues.pop(group, None)
             return
-        n = min(len(group.waiting), group.limit)
-        batch, group.waiting = group.waiting[:n], group.waiting[n:]
-        group.busy = True
+        n = min(len(queue.waiting), queue.limit)
+        if n == len(queue.waiting):
+            batch, queue.waiting = queue.waiting, []
+        else:
+            batch, queue.waiting = queue.waiting[:n], queue.waiting[n:]
+        queue.busy = True
         self.batches += 1
-        if self.on_send is not None:
-            self.on_send(group_key, n)
-        advertise, generator, authorization = group_key
-        url = b"%s%s?count=%d" % (_NEXT, generator, n)
 
         def done(answer: Relayed | None, exc: ForwardError | None) -> None:
-            self._answered(group_key, group, batch, answer, exc)
+            self._answered(group, queue, batch, answer, exc)
 
-        self.forwarder.send(advertise, b"GET", url, authorization, done)
+        self.forwarder.send(group[0], b"GET", b"%s%s?count=%d" % (_NEXT, group[1], n),
+                            group[2], done)
 
-    def _answered(self, group_key: tuple[str, bytes, bytes | None], group: _Group,
-                  batch: list[_Waiter], answer: Relayed | None,
-                  exc: ForwardError | None) -> None:
+    def _answered(self, group: Group, queue: _Queue, batch: list[Waiter],
+                  answer: Relayed | None, exc: ForwardError | None) -> None:
         n = len(batch)
         if answer is not None and answer[0] == 400 and n > 1:
             # the owner's --max-count is below the batch: nothing was spent; the same
             # requests again (ahead of anything that arrived since), in smaller batches
-            group.limit = max(1, n // 2)
-            group.waiting[:0] = batch
-            self._send(group_key, group)
+            queue.limit = max(1, n // 2)
+            queue.waiting[:0] = batch
+            self._send(group, queue)
             return
         values: list[bytes] | None = None
         if answer is not None and answer[0] == 200:
@@ -198,19 +196,27 @@ class Coalescer:
             if values is None:
                 answer, exc = None, ForwardError(
                     f"the owner's answer to a batch of {n} is not {n} IDs")
-        # the next batch goes out first (the owner works on it while these are answered):
-        # it holds only requests that arrived before this moment
-        self._send(group_key, group)
+        # the next batch: the requests waiting when it is sent, once the loop has read what
+        # arrived with this answer (nothing that arrives after: a later batch)
+        if queue.waiting:
+            asyncio.get_running_loop().call_soon(self._send, group, queue)
+        else:
+            self._send(group, queue)   # nothing waits: the queue is idle again
         self.requests += n
         if values is None:
             for waiter in batch:
-                waiter.answered(answer, exc)
+                waiter[3](answer, exc)
             return
         assert answer is not None
-        headers = answer[3]
-        for waiter, value in zip(batch, values, strict=False):   # in arrival order
-            ctype, body = waiter.render(value)
-            waiter.answered((200, ctype, body, headers), None)
+        self.served += n
+        owner_headers = answer[3]
+        suffix = batch[0][4]
+        headers = owner_headers + suffix
+        for (render, reply, route, _, own_suffix), value in zip(batch, values, strict=False):
+            if own_suffix is not suffix:
+                suffix, headers = own_suffix, owner_headers + own_suffix
+            ctype, body = render(value)      # in arrival order: the smallest first
+            reply((200, ctype, body, headers, route))
 
 
 def _ids(body: bytes, n: int) -> list[bytes] | None:

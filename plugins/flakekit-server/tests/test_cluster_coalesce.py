@@ -120,11 +120,12 @@ class Client:
         assert shape is not None
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
-        def answered(answer: Any, exc: ForwardError | None) -> None:
+        def answered(answer: Any, exc: ForwardError | None = None) -> None:
             assert not future.done(), "answered twice"
-            future.set_result(exc if exc is not None else answer)
+            future.set_result(exc if exc is not None else answer[:4])
 
-        self.coalescer.submit(self.advertise, shape[0], self.auth, shape[1], answered)
+        self.coalescer.submit((self.advertise, shape[0], self.auth),
+                              (shape[1], answered, route, answered, b"X-Via: n9\r\n"))
         self.futures.append(future)
         return future
 
@@ -180,10 +181,11 @@ def test_a_batch_serves_only_requests_that_arrived_before_it_was_sent():
         for status, ctype, _, headers in answers:
             assert status == 200 and ctype.startswith(b"text/plain")
             assert b"X-Flakekit-Owner-Epoch: 7\r\n" in headers
+            assert headers.endswith(b"X-Via: n9\r\n")   # the node it was relayed from
         # the hop is marked and the caller's token passed on
         assert {h["x-flakekit-forwarded-by"] for h in owner.headers} == {"n1"}
         assert {h["authorization"] for h in owner.headers} == {"Bearer t"}
-        assert (coalescer.batches, coalescer.requests) == (3, 4)
+        assert (coalescer.batches, coalescer.requests, coalescer.served) == (3, 4, 4)
         forwarder.close()
 
     run(main())
