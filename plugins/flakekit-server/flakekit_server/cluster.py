@@ -12,7 +12,9 @@ the event loop keeps serving every other key meanwhile. Every ID answer carries
   gets **421** ``{owner, advertise, epoch}``: it updates its view and retries there;
 * a request with ``X-Flakekit-Forwarded-By`` (already forwarded once) gets **503** with
   ``Retry-After``: never a second hop, whatever the views say;
-* any other request is forwarded once to the owner, whose answer is relayed unchanged.
+* any other request is forwarded once to the owner, whose answer is relayed unchanged;
+  single-ID requests of one generator share upstream batches (coalesce.py, with the
+  argument that real-time order still holds), each answered as the owner would have.
 
 A moving key or a lapsed membership is a 503 with ``Retry-After``; nothing is served
 that the runtime refused.
