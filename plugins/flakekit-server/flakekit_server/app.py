@@ -326,6 +326,8 @@ class IdService:
             if isinstance(gen, OrdersKeys) and gen.order == "strict" or (
                     key is not None and self.cluster is not None and self.cluster.is_strict(key)):
                 self.strict[name] = str(key or name)
+        if self.cluster is not None:   # Leaf URLs of strict keys: forwards coalesce by generator
+            self.cluster.set_generators(self.strict)
         self._batch_pool: ThreadPoolExecutor | None = None
         self._batch_locks = {name: threading.Lock() for name in self.generators}
         self.offloaded = 0   # batches made in a worker thread (a test checks it moves)

@@ -12,7 +12,9 @@ the event loop keeps serving every other key meanwhile. Every ID answer carries
   gets **421** ``{owner, advertise, epoch}``: it updates its view and retries there;
 * a request with ``X-Flakekit-Forwarded-By`` (already forwarded once) gets **503** with
   ``Retry-After``: never a second hop, whatever the views say;
-* any other request is forwarded once to the owner, whose answer is relayed unchanged.
+* any other request is forwarded once to the owner, whose answer is relayed unchanged;
+  single-ID requests of one generator share upstream batches (coalesce.py, with the
+  argument that real-time order still holds), each answered as the owner would have.
 
 A moving key or a lapsed membership is a 503 with ``Retry-After``; nothing is served
 that the runtime refused.
@@ -33,7 +35,8 @@ from typing import Any
 
 from flakekit.plugin import LATENCY_BUCKETS_S as HANDOFF_BUCKETS_S
 from flakekit.plugin import ClusterUnavailableError, KeyMovingError, NotOwnerError
-from flakekit_server.forward import OWNER_EPOCH, Forwarder, ForwardError
+from flakekit_server.coalesce import Coalescer, Shape, single_shape
+from flakekit_server.forward import OWNER_EPOCH, Forwarder, ForwardError, Relayed
 
 __all__ = ["REFUSAL_REASONS", "ClusterHttp", "Hints", "epoch_header"]
 
@@ -43,6 +46,8 @@ REFUSAL_REASONS = ("key_moving", "cluster_unavailable", "forwarded_not_owner",
 log = logging.getLogger("flakekit.server")
 #: worker threads serving strict keys per process (each holds at most handoff_wait)
 STRICT_THREADS = 16
+#: request URLs whose coalescing shape is remembered (coalesce.single_shape)
+SHAPES_KEPT = 4096
 
 
 class Hints:
@@ -74,6 +79,14 @@ class ClusterHttp:
         self.name = str(settings.node)
         # the owner may hold a forwarded request up to its handoff_wait, then answers 503
         self.forwarder = Forwarder(self.name, forward_timeout or settings.handoff_wait + 3.0)
+        #: single-ID forwards of one key share upstream requests (coalesce.py); the
+        #: server sets ``generators`` (Leaf key -> its strict generator) for Leaf's URL
+        self.coalescer = Coalescer(self.forwarder)
+        self.coalesce = True
+        self.generators: dict[str, str] = {}
+        self._shapes: dict[tuple[str, bytes], Shape | None] = {}
+        self._elsewhere: dict[str, NotOwnerError] = {}
+        self._suffixes: dict[str, bytes] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.forwards: Counter[str] = Counter({"ok": 0, "failed": 0})
@@ -118,6 +131,14 @@ class ClusterHttp:
             self._handoffs_seen = done
         self._status, self._stats = status, stats
 
+    def set_generators(self, strict: dict[str, str]) -> None:
+        """The server's strict generators (name -> key): a Leaf URL names a key or a
+        generator, and its coalesced forwards ask the owner for that generator's IDs."""
+        generators = {key: name for name, key in strict.items()}
+        for name in strict:
+            generators.setdefault(name, name)
+        self.generators = generators
+
     def pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
             with self._lock:
@@ -161,8 +182,15 @@ class ClusterHttp:
         if got is None:
             return None
         owner, epoch = got
-        return NotOwnerError(f"strict key {key!r} is owned by node {owner.node!r} in view "
-                             f"epoch {epoch}", owner=owner, epoch=epoch)
+        known = self._elsewhere.get(key)   # the same refusal as last time: not made again
+        if known is not None and known.owner is owner and known.epoch == epoch:
+            return known
+        if len(self._elsewhere) >= SHAPES_KEPT:
+            self._elsewhere.clear()
+        known = self._elsewhere[key] = NotOwnerError(
+            f"strict key {key!r} is owned by node {owner.node!r} in view epoch {epoch}",
+            owner=owner, epoch=epoch)
+        return known
 
     def refuse(self, exc: NotOwnerError, method: bytes, url: bytes,
                authorization: bytes | None, hints: Hints | None, route: str,
@@ -195,13 +223,14 @@ class ClusterHttp:
                         _retry_after(1.0)))
             return
 
-        def relayed(answer: Any, fexc: ForwardError | None) -> None:
+        def relayed(answer: Relayed | None, fexc: ForwardError | None) -> None:
             if fexc is not None:
                 self.forwards["failed"] += 1
                 self.refused["owner_unreachable"] += 1
                 reply(error(503, "owner_unreachable", f"forwarding to the owner {node!r} "
                             f"failed: {fexc}", _retry_after(1.0)))
                 return
+            assert answer is not None
             self.forwards["ok"] += 1
             status, ctype, body, headers = answer
             if status >= 400:   # a relayed refusal says which node refused (issue 20)
@@ -209,7 +238,22 @@ class ClusterHttp:
             reply((status, ctype, body,
                    headers + RELAYED_FROM + node.encode("latin-1") + b"\r\n", route))
 
-        self.forwarder.send(advertise, method, url, authorization, relayed)
+        shape: Shape | None = None
+        if self.coalesce:
+            try:
+                shape = self._shapes[route, url]
+            except KeyError:   # parsed once per distinct URL (a few per key in practice)
+                shape = single_shape(route, url, self.generators)
+                if len(self._shapes) < SHAPES_KEPT:
+                    self._shapes[route, url] = shape
+        if shape is not None:   # one ID: with the others waiting for the key (coalesce.py)
+            suffix = self._suffixes.get(node)
+            if suffix is None:
+                suffix = self._suffixes[node] = RELAYED_FROM + node.encode("latin-1") + b"\r\n"
+            self.coalescer.submit((advertise, shape[0], authorization),
+                                  (shape[1], reply, route, relayed, suffix))
+        else:
+            self.forwarder.send(advertise, method, url, authorization, relayed)
 
     async def _not_owner(self, exc: NotOwnerError, method: bytes, url: bytes,
                          authorization: bytes | None, hints: Hints | None, route: str,
@@ -255,7 +299,10 @@ class ClusterHttp:
             "handoff_sum_ms": self.handoff_sum_ms,
             "handoff_count": self.handoff_count,
             "runtime": {k: v for k, v in stats.items() if isinstance(v, (int, float))},
-            "forwards": dict(self.forwards),
+            "forwards": {"ok": self.forwards["ok"] + self.coalescer.served,
+                         "failed": self.forwards["failed"]},
+            "coalesced": {"batches": self.coalescer.batches,
+                          "requests": self.coalescer.requests},
             "misdirected": self.misdirected,
             "refused": dict(self.refused),
         }

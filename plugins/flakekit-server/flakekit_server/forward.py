@@ -11,6 +11,8 @@ httptools' response parser (the server's own parser), no stream objects and no e
 per request. Peers are flakekit servers, which always answer with ``Content-Length``.
 Connections are kept alive per peer (an idle pool as large as the concurrency has been,
 up to ``IDLE_PER_PEER``), so a forward costs one write and one read on a warm connection.
+Single-ID requests reach the owner in batches (:mod:`flakekit_server.coalesce`), one
+upstream request per batch.
 """
 
 from __future__ import annotations
