@@ -3,6 +3,7 @@ drill helpers are flakekit.testing.drills'."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -30,6 +31,24 @@ def etcdctl(endpoints: str, *args: str, check: bool = True) -> str:
     if check and out.returncode:
         raise AssertionError(f"etcdctl {' '.join(args)}: {out.stderr}")
     return out.stdout
+
+
+def leader(endpoints: str) -> str:
+    """The endpoint of the cluster's leader (etcdctl endpoint status)."""
+    status = json.loads(etcdctl(endpoints, "endpoint", "status", "-w", "json"))
+    for st in status:
+        if st["Status"]["leader"] == st["Status"]["header"]["member_id"]:
+            return str(st["Endpoint"])
+    raise AssertionError(f"no leader in {status}")
+
+
+def member_pid(svc: Path, endpoint: str) -> int:
+    """The pid of the 3-member cluster's member (scripts/etcd.sh) serving ``endpoint``."""
+    for n in (1, 2, 3):
+        d = svc / "etcd-cluster" / f"m{n}"
+        if (d / "port").read_text().strip() == endpoint.rsplit(":", 1)[1]:
+            return int((d / "etcd.pid").read_text())
+    raise AssertionError(f"no member on {endpoint}")
 
 
 def allocator(service: str, *, clock: Any = None, events: Events | None = None,

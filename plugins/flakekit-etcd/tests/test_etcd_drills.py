@@ -12,10 +12,10 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from etcdhelpers import etcdctl, generator
+from etcdhelpers import etcdctl, generator, member_pid
+from etcdhelpers import leader as etcd_leader
 
 from flakekit.errors import FlakekitError, LeaseError
 from flakekit.testing.drills import (
@@ -95,29 +95,12 @@ def test_sigstop_past_the_ttl_no_duplicate(tmp_path, etcd_endpoints, ns):
     assert run.claimed_at - run.stopped_at >= 2.0e9          # not before the lease could end
 
 
-def _leader(endpoints: str) -> tuple[str, int]:
-    """(endpoint, member number 1-3) of the cluster's leader."""
-    status = json.loads(etcdctl(endpoints, "endpoint", "status", "-w", "json"))
-    for n, st in enumerate(status, start=1):
-        if st["Status"]["leader"] == st["Status"]["header"]["member_id"]:
-            return st["Endpoint"], n
-    raise AssertionError(f"no leader in {status}")
-
-
-def _member_pid(svc: Path, endpoint: str) -> int:
-    for n in (1, 2, 3):
-        d = svc / "etcd-cluster" / f"m{n}"
-        if (d / "port").read_text().strip() == endpoint.rsplit(":", 1)[1]:
-            return int((d / "etcd.pid").read_text())
-    raise AssertionError(f"no member on {endpoint}")
-
-
 def test_leader_change_no_false_loss(etcd_cluster):
     """Kill the leader the client talks to (listed first), with the DEFAULT ttl: the
     client moves to another member, the lease survives the election (no LeaseLostError,
     same id and epoch), IDs keep flowing, and the lease is alive on the new leader."""
     endpoints, svc = etcd_cluster
-    leader, _ = _leader(endpoints)
+    leader = etcd_leader(endpoints)
     ordered = ",".join([leader] + [e for e in endpoints.split(",") if e != leader])
     ns = f"leader{time.time_ns() % 10**9}"
     gen = generator(ns, endpoints=ordered, quarantine=0)
@@ -142,7 +125,7 @@ def test_leader_change_no_false_loss(etcd_cluster):
     time.sleep(1.0)
     renewals = gen.keeper.renewals
     killed_at = time.monotonic()
-    os.kill(_member_pid(svc, leader), signal.SIGKILL)
+    os.kill(member_pid(svc, leader), signal.SIGKILL)
     recovered = None
     while time.monotonic() - killed_at < 15:
         if gen.keeper.renewals > renewals:
@@ -153,7 +136,7 @@ def test_leader_change_no_false_loss(etcd_cluster):
     stop.set()
     thread.join(timeout=5)
     rest = ",".join(e for e in endpoints.split(",") if e != leader)
-    new_leader, _ = _leader(rest)
+    new_leader = etcd_leader(rest)
     lease_now = gen.keeper.lease
     alive = json.loads(etcdctl(rest, "lease", "timetolive",
                                f"{gen.keeper.allocator.store.session_id:x}", "-w", "json"))

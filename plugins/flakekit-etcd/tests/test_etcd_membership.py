@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcdhelpers import SCRIPT, etcdctl
+from etcdhelpers import SCRIPT, etcdctl, member_pid
+from etcdhelpers import leader as etcd_leader
 from flakekit_etcd import EtcdMembershipSettings
 from flakekit_etcd.membership import EtcdMembership
 
@@ -32,7 +33,7 @@ from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostErro
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import MembershipContract, TcpProxy
-from flakekit.testing.services import read_env
+from flakekit.testing.services import script_service
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
@@ -54,13 +55,6 @@ def get_json(endpoints: str, key: str) -> dict[str, Any] | None:
 
 def revoke(endpoints: str, lease: int) -> None:
     etcdctl(endpoints, "lease", "revoke", f"{lease:x}")
-
-
-@pytest.fixture
-def root(etcd_endpoints, ns) -> Iterator[str]:
-    path = f"/{ns}"
-    yield path
-    etcdctl(etcd_endpoints, "del", "--prefix", f"{path}/", check=False)
 
 
 @pytest.fixture
@@ -311,34 +305,13 @@ def test_compaction_renewals_still_read_the_new_epoch(make, etcd_endpoints, root
 
 
 # -- leader change ------------------------------------------------------------------------------
-def _leader(endpoints: str) -> str:
-    status = json.loads(etcdctl(endpoints, "endpoint", "status", "-w", "json"))
-    for st in status:
-        if st["Status"]["leader"] == st["Status"]["header"]["member_id"]:
-            return str(st["Endpoint"])
-    raise AssertionError(f"no leader in {status}")
-
-
-def _member_pid(svc: Path, endpoint: str) -> int:
-    for n in (1, 2, 3):
-        d = svc / "etcd-cluster" / f"m{n}"
-        if (d / "port").read_text().strip() == endpoint.rsplit(":", 1)[1]:
-            return int((d / "etcd.pid").read_text())
-    raise AssertionError(f"no member on {endpoint}")
-
-
 @pytest.fixture
 def own_cluster(etcd_endpoints, tmp_path) -> Iterator[tuple[str, Path]]:
     """A 3-member cluster of this test's own (the drill kills one member)."""
     svc = tmp_path / "svc"
-    env = {**os.environ, "FLAKEKIT_SVC_DIR": str(svc)}
-    subprocess.run(["bash", str(SCRIPT), "cluster-start"], check=True, timeout=300, env=env)
-    try:
-        endpoints = read_env(svc).get("ETCD_CLUSTER_ENDPOINTS", "")
-        assert endpoints
+    with script_service(SCRIPT, svc, "cluster-start", "cluster-stop",
+                        "ETCD_CLUSTER_ENDPOINTS") as endpoints:
         yield endpoints, svc
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "cluster-stop"], check=False, timeout=60, env=env)
 
 
 @pytest.mark.slow
@@ -348,7 +321,7 @@ def test_leader_change_is_no_false_loss(own_cluster):
     no LeaseLostError, the member key alive on the new leader), the deadline never
     lapses, and the view epoch is still read."""
     endpoints, svc = own_cluster
-    leader = _leader(endpoints)
+    leader = etcd_leader(endpoints)
     rest = [e for e in endpoints.split(",") if e != leader]
     m = EtcdMembership(",".join([leader, *rest]), MonotonicClock(), root="/leader-drill")
     target = MemberTarget(lambda reason: None)
@@ -360,7 +333,7 @@ def test_leader_change_is_no_false_loss(own_cluster):
         lease0 = keeper.start(target)
         assert m.propose("c", 0, [lease0.member]) is not None
         killed_at = time.monotonic()
-        os.kill(_member_pid(svc, leader), signal.SIGKILL)
+        os.kill(member_pid(svc, leader), signal.SIGKILL)
         lapsed = False
         recovered = None
         tries = 0

@@ -6,8 +6,7 @@ import json
 import time
 
 import pytest
-from kazoo.client import KazooClient
-from zkhelpers import allocator, generator
+from zkhelpers import allocator, expire_session, generator
 
 from flakekit.errors import (
     ClockMovedBackwardsError,
@@ -21,15 +20,6 @@ from flakekit.testing.requests import lease_request as req
 from flakekit.values.events import Events
 
 FAST = {"session_timeout": "2s", "safety_window": "0.5s", "connect_timeout": "5s"}
-
-
-def expire_session(client: KazooClient, hosts: str) -> None:
-    """Expire a session on the server: a second client with its id and password, closed."""
-    sid, pwd = client.client_id
-    dup = KazooClient(hosts=hosts, client_id=(sid, pwd))
-    dup.start(timeout=10)
-    dup.stop()
-    dup.close()
 
 
 class TestClaims:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from flakekit_zookeeper import ZooKeeperMembershipSettings
 from flakekit_zookeeper.membership import ZkMembership
-from kazoo.client import KazooClient
+from zkhelpers import expire_session
 
 from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
@@ -24,33 +24,12 @@ from flakekit.cluster.membership import JoinRequest, MemberLease
 from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostError
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import MembershipContract, TcpProxy
+from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
 
 NS = 1_000_000_000
-
-
-def expire_session(client: KazooClient, hosts: str) -> None:
-    """End ``client``'s session on the server (a second client with the same session id
-    and password closes it): its ephemerals go, the client goes LOST, then kazoo opens a
-    new session by itself."""
-    sid, pwd = client.client_id
-    dup = KazooClient(hosts=hosts, client_id=(sid, pwd))
-    dup.start(timeout=10)
-    dup.stop()
-    dup.close()
-
-
-@pytest.fixture
-def root(zk, ns):
-    """A root znode of this test's own, removed afterwards."""
-    path = f"/{ns}"
-    yield path
-    try:
-        zk.delete(path, recursive=True)
-    except Exception:  # noqa: BLE001 - cleanup only
-        pass
 
 
 @pytest.fixture
@@ -231,6 +210,7 @@ def test_a_renewal_during_a_stall_is_bounded(make, zk_hosts, ns):
 JOINER = textwrap.dedent("""
     import sys, time
     from flakekit_zookeeper.membership import ZkMembership
+from zkhelpers import expire_session
     from flakekit.cluster.membership import JoinRequest
     from flakekit.values.clock import MonotonicClock
     from flakekit.values.cluster import Member
@@ -377,11 +357,8 @@ def test_cluster_nodes_on_zookeeper_hand_off_and_survive_an_expiry(zk_hosts, roo
     back and forth with no duplicate ID (I1) and per-key real-time order (I2); a node
     whose session is expired from outside stops serving, rejoins on a new session, and
     the cluster goes on."""
-    import bisect
-
     from flakekit.cluster.node import ClusterNode
     from flakekit.cluster.settings import ClusterSettings
-    from flakekit.errors import ClusterUnavailableError, KeyMovingError, NotOwnerError
     from flakekit.generators.segment import SegmentSettings
     from flakekit.testing.memory_cluster import MemoryClusterStore
     from flakekit.values.owners import owner_of
@@ -401,75 +378,37 @@ def test_cluster_nodes_on_zookeeper_hand_off_and_survive_an_expiry(zk_hosts, roo
         wait_until(lambda: all(len(n.status()["members"]) == 2 and
                                n.status()["epoch"] == nodes["a"].status()["epoch"]
                                for n in nodes.values()), 20)
-        records: list[tuple[int, int, int]] = []
-        lock = threading.Lock()
-        stop = threading.Event()
-
-        def client(i: int) -> None:
-            via = "ab"[i % 2]
-            while not stop.is_set():
-                start = time.perf_counter_ns()
-                try:
-                    value, _ = nodes[via].next_id("hot")
-                except NotOwnerError as exc:
-                    via = exc.owner.node
-                    continue
-                except (KeyMovingError, ClusterUnavailableError):
-                    time.sleep(0.001)
-                    continue
-                end = time.perf_counter_ns()
-                with lock:
-                    records.append((start, end, value))
-                time.sleep(0.0002)   # keeps the record list small enough to check
-
-        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(4)]
-        for t in threads:
-            t.start()
 
         def served_by(name: str) -> None:
-            wait_until(lambda: nodes[name].status()["claims"].get("hot", {}).get("state")
-                       == "owned", 30)
+            wait_until(lambda: owns(nodes[name], "hot"), 30)
             time.sleep(0.05)
 
         admin = memberships["admin"]
         both = [nodes[n].member for n in "ab"]
         owner = owner_of("hot", both).node
         other = "b" if owner == "a" else "a"
-        for _ in range(2):   # four planned hand-offs
+        with DrawingClients(nodes, "hot", pause_s=0.0002, moving_pause_s=0.001) as clients:
+            for _ in range(2):   # four planned hand-offs
+                served_by(owner)
+                nodes[owner].drain()
+                served_by(other)
+                admin.set_draining(ns, owner, False)
+                admin.propose(ns, admin.view(ns).epoch, both)
             served_by(owner)
-            nodes[owner].drain()
-            served_by(other)
-            admin.set_draining(ns, owner, False)
-            admin.propose(ns, admin.view(ns).epoch, both)
-        served_by(owner)
-        # the owner's session expires behind its back: it learns at its next renewal
-        # (lost), stops, and rejoins on a new session with a new incarnation; whichever
-        # node then owns the key serves it again
-        before = {i.node: i.incarnation for i in admin.members(ns)}
-        expired = memberships[owner].connection.session_id
-        expire_session(memberships[owner].connection.client, zk_hosts)
-        wait_until(lambda: {i.node: i.state for i in admin.members(ns)}.get(owner) == "alive"
-                   and {i.node: i.incarnation for i in admin.members(ns)}[owner]
-                   > before[owner], 30)
-        assert memberships[owner].connection.session_id != expired
-        wait_until(lambda: any(n.status()["claims"].get("hot", {}).get("state") == "owned"
-                               for n in nodes.values()), 30)
-        time.sleep(0.1)
-        stop.set()
-        for t in threads:
-            t.join(10)
-        values = [v for _, _, v in records]
-        assert values and len(values) == len(set(values)), "duplicate IDs"
-        ends = sorted((e, v) for _, e, v in records)
-        best_before, top = [], -1
-        for _, v in ends:
-            top = max(top, v)
-            best_before.append(top)
-        for s, _, v in records:
-            i = bisect.bisect_left(ends, (s, -1))
-            if i:
-                assert v > best_before[i - 1], "a later request got a smaller ID (I2)"
-        print(f"zk cluster drill: {len(values)} IDs, "
+            # the owner's session expires behind its back: it learns at its next renewal
+            # (lost), stops, and rejoins on a new session with a new incarnation; whichever
+            # node then owns the key serves it again
+            before = {i.node: i.incarnation for i in admin.members(ns)}
+            expired = memberships[owner].connection.session_id
+            expire_session(memberships[owner].connection.client, zk_hosts)
+            wait_until(lambda: {i.node: i.state for i in admin.members(ns)}.get(owner)
+                       == "alive" and {i.node: i.incarnation for i in admin.members(ns)}[owner]
+                       > before[owner], 30)
+            assert memberships[owner].connection.session_id != expired
+            wait_until(lambda: any(owns(n, "hot") for n in nodes.values()), 30)
+            time.sleep(0.1)
+        check_order(clients.records)
+        print(f"zk cluster drill: {len(clients.records)} IDs, "
               f"{sum(n.stats()['handoffs'] for n in nodes.values())} hand-offs")
     finally:
         for node in nodes.values():

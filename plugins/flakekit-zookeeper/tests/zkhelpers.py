@@ -36,6 +36,19 @@ def generator(name: str, layout: str | BitLayout = "snowflake", *, clock: Any = 
                           layout, clock=clock, events=events, on_lease_lost=on_lease_lost)
 
 
+def expire_session(client: Any, hosts: str) -> None:
+    """End a kazoo ``client``'s session on the server (a second client with the same
+    session id and password closes it): its ephemerals go, the client goes LOST, then
+    kazoo opens a new session by itself."""
+    from kazoo.client import KazooClient
+
+    sid, pwd = client.client_id
+    dup = KazooClient(hosts=hosts, client_id=(sid, pwd))
+    dup.start(timeout=10)
+    dup.stop()
+    dup.close()
+
+
 def zk_mode(port: int) -> str:
     """A ZooKeeper server's mode (srvr): leader, follower, standalone, or down."""
     out = subprocess.run(
