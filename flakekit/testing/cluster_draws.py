@@ -80,7 +80,8 @@ class DrawingClients:
             try:
                 value, _ = self.nodes[via].next_id(self.key)
             except NotOwnerError as exc:
-                via = exc.owner.node
+                if exc.owner is not None:
+                    via = exc.owner.node
                 continue
             except (KeyMovingError, ClusterUnavailableError):
                 if self.switch_when_moving:
