@@ -27,9 +27,12 @@ class TestMemoryMembershipContract(MembershipContract):
     def clock(self) -> ManualClock:
         return ManualClock()
 
-    @pytest.fixture
-    def store(self, clock) -> MemoryClusterStore:
-        return MemoryClusterStore(clock, renew_interval=self.lease_s / 4)
+    @pytest.fixture(params=[False, True], ids=["unversioned", "versioned"])
+    def store(self, clock, request) -> MemoryClusterStore:
+        """Both kinds of record: without a renewal counter and with one (``versioned``,
+        as the real stores report)."""
+        return MemoryClusterStore(clock, renew_interval=self.lease_s / 4,
+                                  versioned=request.param)
 
     @pytest.fixture
     def make_membership(self, store, closing):

@@ -69,6 +69,16 @@ class TestSqlMembershipContract(MembershipContract):
         return lambda: closing(SqlMembership(engine, clock, create_schema=True))
 
     @pytest.fixture
+    def make_with_safety_window(self, engine, clock, closing):
+        return lambda window_ns: closing(SqlMembership(engine, clock, create_schema=True,
+                                                       safety_window_ns=window_ns))
+
+    @pytest.fixture
+    def membership_process(self, engine, db_url):
+        schema.upgrade_schema(engine, "cluster")
+        return "flakekit.testing.membership_joiner:sql_membership", [db_url], {}
+
+    @pytest.fixture
     def monotonic_ns(self, clock):
         return clock.monotonic_ns
 
