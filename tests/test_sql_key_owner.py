@@ -7,36 +7,18 @@ values at the column edges, and Leaf mode (no claim) unchanged."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import Engine
 
 from flakekit.cluster.membership import KeyClaim, KeyFence
 from flakekit.errors import BackendError, FenceError, SegmentRowError
 from flakekit.sql import schema
-from flakekit.sql.backends import BackendPool, BackendSettings
 from flakekit.sql.leaf import MAX_ID, SqlSegmentStore
-from flakekit.sql.transactions import write_transaction
 from flakekit.testing import in_threads, proxied
+from flakekit.testing.sql_peers import peer_holding, pool_fixture  # noqa: F401
 
 NS = 1_000_000_000
 MAX_EPOCH = 2**63 - 1
-
-
-@pytest.fixture
-def pool(db_url) -> Iterator[Callable[..., Engine]]:
-    """``pool(**limits)``: an engine through BackendPool (flakekit's session limits)."""
-    made: list[BackendPool] = []
-
-    def engine(url: str | None = None, **limits: int) -> Engine:
-        made.append(BackendPool({"b": BackendSettings(url or db_url, **limits)}))
-        return made[-1].engine("b")
-
-    yield engine
-    for p in made:
-        p.dispose()
 
 
 @pytest.fixture
@@ -233,23 +215,7 @@ class TestEdges:
         assert owner(store, "top") == ("a", 1, False)
 
 
-def _hold_owner_row(engine: Engine, key: str, ready: threading.Event,
-                    done: threading.Event) -> threading.Thread:
-    """A peer inside a fenced fetch that stopped: its transaction holds the key's owner
-    row (SQLite: the database's write lock) until ``done``."""
-    lock = "" if engine.dialect.name == "sqlite" else " FOR UPDATE"
-
-    def run() -> None:
-        with write_transaction(engine) as conn:
-            conn.execute(text(f"SELECT owner_node FROM flakekit_key_owner WHERE biz_tag = "
-                              f":k{lock}"), {"k": key})
-            ready.set()
-            done.wait(60)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(30)
-    return thread
+OWNER_ROW = "SELECT owner_node FROM flakekit_key_owner WHERE biz_tag = :k"
 
 
 class TestStuckPeer:
@@ -260,16 +226,11 @@ class TestStuckPeer:
         claim = KeyClaim("k", "a", 1)
         assert store.claim_key(claim, waited=False)
         impatient = SqlSegmentStore(pool(lock_timeout=NS))
-        ready, done = threading.Event(), threading.Event()
-        peer = _hold_owner_row(pool(), "k", ready, done)
-        try:
+        with peer_holding(pool(), OWNER_ROW, k="k"):
             with pytest.raises(BackendError) as caught:
                 impatient.fetch("k", claim=claim)
             assert "\n" not in str(caught.value)
             assert max_id(store) == 1
-        finally:
-            done.set()
-            peer.join(30)
         assert impatient.fetch("k", claim=claim).max_id == 101
 
 
@@ -330,14 +291,8 @@ def test_an_autocommit_engine_still_holds_the_fence_lock(db_url, pool):
         store.create("k", 100)
         claim = KeyClaim("k", "a", 1)
         assert store.claim_key(claim, waited=False)
-        ready, done = threading.Event(), threading.Event()
-        peer = _hold_owner_row(auto, "k", ready, done)
-        try:
-            with pytest.raises(BackendError):
-                SqlSegmentStore(pool(lock_timeout=NS)).fetch("k", claim=claim)
-        finally:
-            done.set()
-            peer.join(30)
+        with peer_holding(auto, OWNER_ROW, k="k"), pytest.raises(BackendError):
+            SqlSegmentStore(pool(lock_timeout=NS)).fetch("k", claim=claim)
         assert store.fetch("k", claim=claim).max_id == 101
     finally:
         auto.dispose()
