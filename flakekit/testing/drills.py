@@ -187,3 +187,18 @@ def pause_past_the_lease(config: Path, name: str) -> PausedHolderRun:
           f"after the pause; A refused {(err_at - resumed_at) / 1e6:.1f} ms after SIGCONT; "
           f"{len(a_ids)} + {len(b_ids)} IDs, no duplicate")
     return run
+
+
+def generator_over(make_allocator: Any, name: str, layout: str | BitLayout = "snowflake", *,
+                   clock: Any = None, events: Any = None, on_lease_lost: str = "stop",
+                   **settings: Any) -> Any:
+    """A SnowflakeGenerator named ``name`` on the allocator
+    ``make_allocator(name, clock=..., events=..., **settings)`` makes (a plugin's test
+    helper), both on one clock (monotonic by default) and one Events."""
+    from flakekit.values.clock import MonotonicClock
+    from flakekit.values.events import Events
+
+    clock = clock or MonotonicClock()
+    events = events or Events()
+    return snowflake_over(make_allocator(name, clock=clock, events=events, **settings), name,
+                          layout, clock=clock, events=events, on_lease_lost=on_lease_lost)

@@ -40,7 +40,7 @@ from flakekit.testing.threads import in_threads
 from flakekit.testing.waiting import wait_until
 from flakekit.values.cluster import Member, View
 
-__all__ = ["MembershipContract"]
+__all__ = ["AddressedMembershipContract", "MembershipContract"]
 
 MakeMembership = Callable[[], Any]
 
@@ -535,3 +535,44 @@ class MembershipContract:
         membership.release(membership.acquire(self.request(cluster)), 0)
         membership.close()
         membership.close()
+
+
+class AddressedMembershipContract(MembershipContract):
+    """The binding of a membership reached at an address and kept under a root of the
+    test's own, made as ``factory(address, clock, root=..., **settings)`` (ZooKeeper,
+    etcd): several clients race, the watch calls back, a drain mark rewrites the record.
+
+    The binding names ``factory`` (``module:name``) and ``address_fixture`` (the fixture
+    giving the store's address); the test module provides ``make(**settings)`` (a new
+    membership under the test's root) and ``root``."""
+
+    factory: str = ""
+    address_fixture: str = ""
+    proposers = 4        # several clients on each round of the CAS race
+    race_rounds = 8
+    watch_calls_back = True
+    drain_moves_version = True
+
+    @pytest.fixture
+    def make_membership(self, make: Callable[..., Any]) -> MakeMembership:
+        return make
+
+    @pytest.fixture
+    def make_with_safety_window(self, make: Callable[..., Any]) -> Callable[[int], Any]:
+        return lambda window_ns: make(safety_window_ns=window_ns)
+
+    @pytest.fixture
+    def make_unreachable(self, closing: Callable[[Any], Any]) -> MakeMembership:
+        import importlib
+
+        from flakekit.values.clock import MonotonicClock
+
+        module, _, name = self.factory.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        return lambda: closing(cls(self.unreachable_where, MonotonicClock(),
+                                   connect_timeout_s=0.5))
+
+    @pytest.fixture
+    def membership_process(self, request: pytest.FixtureRequest,
+                           root: str) -> tuple[str, list[Any], dict[str, Any]]:
+        return self.factory, [request.getfixturevalue(self.address_fixture)], {"root": root}

@@ -13,7 +13,7 @@ from flakekit_etcd import EtcdSettings, build_etcd_allocator
 
 from flakekit.assembly.context import BuildContext
 from flakekit.generators.snowflake import SnowflakeGenerator
-from flakekit.testing.drills import snowflake_over
+from flakekit.testing.drills import generator_over
 from flakekit.testing.requests import DRILL_HOST, DRILL_PORT
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.events import Events
@@ -58,10 +58,8 @@ def allocator(service: str, *, clock: Any = None, events: Events | None = None,
     return build_etcd_allocator(EtcdSettings(service=service, **settings), ctx)
 
 
-def generator(service: str, layout: str | BitLayout = "snowflake", *, clock: Any = None,
-              events: Events | None = None, on_lease_lost: str = "stop",
-              **settings: Any) -> SnowflakeGenerator:
-    clock = clock or MonotonicClock()
-    events = events or Events()
-    return snowflake_over(allocator(service, clock=clock, events=events, **settings), service,
-                          layout, clock=clock, events=events, on_lease_lost=on_lease_lost)
+def generator(service: str, layout: str | BitLayout = "snowflake",
+              **kw: Any) -> SnowflakeGenerator:
+    """A SnowflakeGenerator on the allocator ``allocator(service, **kw)`` makes."""
+    gen: SnowflakeGenerator = generator_over(allocator, service, layout, **kw)
+    return gen

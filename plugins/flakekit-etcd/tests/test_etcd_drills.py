@@ -7,6 +7,7 @@ loss), never about speed; the measured numbers are printed (pytest -s) for the d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from flakekit.testing.drills import (
     tiny_layout,
     write_config,
 )
+from flakekit.testing.waiting import seconds_until_raises, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -171,18 +173,9 @@ def test_compaction_while_watching_renewals_still_see_the_change(etcd_endpoints,
     t0 = time.monotonic()
     etcdctl(etcd_endpoints, "del", key)
     etcdctl(etcd_endpoints, "put", key, "someone-else")
-    stopped = None
-    while time.monotonic() - t0 < 5:
-        try:
-            gen.next_id()
-        except LeaseError:
-            stopped = time.monotonic() - t0
-            break
-        time.sleep(0.002)
-    for _ in range(100):   # the keeper revokes first, then records why
-        if gen.keeper.lost is not None:
-            break
-        time.sleep(0.01)
+    stopped = seconds_until_raises(gen.next_id, LeaseError, t0, 5)
+    with contextlib.suppress(AssertionError):   # the keeper revokes first, then records why
+        wait_until(lambda: gen.keeper.lost is not None, 1.0, interval=0.01)
     lost = gen.keeper.lost
     gen.close()
     assert stopped is not None and lost is not None and "claim" in lost, lost

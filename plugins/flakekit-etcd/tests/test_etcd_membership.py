@@ -29,7 +29,8 @@ from flakekit.cluster.membership import JoinRequest, MemberLease
 from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostError
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost
-from flakekit.testing import MembershipContract, TcpProxy
+from flakekit.testing import TcpProxy
+from flakekit.testing.membership_contract import AddressedMembershipContract
 from flakekit.testing.services import script_service
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
@@ -72,34 +73,13 @@ def member_key(root: str, cluster: str, node: str) -> str:
     return f"{root}/clusters/{cluster}/members/{node}"
 
 
-class TestEtcdMembershipContract(MembershipContract):
+class TestEtcdMembershipContract(AddressedMembershipContract):
     """Each membership grants its own leases; ``expire`` revokes the holder's lease with
     etcdctl, as if it had run out after a crash."""
 
-    proposers = 4        # several clients on each round of the CAS race
-    race_rounds = 8
-    watch_calls_back = True
+    factory = "flakekit_etcd.membership:EtcdMembership"
+    address_fixture = "etcd_endpoints"
     watch_settle_s = 0.3   # the watch thread creates its watch
-
-    lease_s = 10.0
-    drain_moves_version = True
-
-    @pytest.fixture
-    def make_unreachable(self, closing):
-        return lambda: closing(EtcdMembership(self.unreachable_where, MonotonicClock(),
-                                      connect_timeout_s=0.5))
-
-    @pytest.fixture
-    def make_membership(self, make):
-        return make
-
-    @pytest.fixture
-    def make_with_safety_window(self, make):
-        return lambda window_ns: make(safety_window_ns=window_ns)
-
-    @pytest.fixture
-    def membership_process(self, etcd_endpoints, root):
-        return "flakekit_etcd.membership:EtcdMembership", [etcd_endpoints], {"root": root}
 
     @pytest.fixture
     def expire(self, etcd_endpoints, root):

@@ -20,8 +20,9 @@ from flakekit.assembly.kit import build_kit
 from flakekit.cluster.membership import JoinRequest, MemberLease
 from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostError
 from flakekit.pluginhost.host import PluginHost
-from flakekit.testing import MembershipContract, TcpProxy
+from flakekit.testing import TcpProxy
 from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
+from flakekit.testing.membership_contract import AddressedMembershipContract
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
@@ -53,34 +54,13 @@ def request(cluster: str, node: str = "n1", lease_s: float = 4.0) -> JoinRequest
     return JoinRequest(cluster, Member(node, f"http://{node}.test:8080"), lease_s)
 
 
-class TestZkMembershipContract(MembershipContract):
+class TestZkMembershipContract(AddressedMembershipContract):
     """Each membership is its own ZooKeeper session; ``expire`` ends the holder's session
     on the server, as after a crash."""
 
-    proposers = 4        # several clients on each round of the CAS race
-    race_rounds = 8
-    watch_calls_back = True
-
-    lease_s = 10.0
-    drain_moves_version = True
+    factory = "flakekit_zookeeper.membership:ZkMembership"
+    address_fixture = "zk_hosts"
     first_version = 0
-
-    @pytest.fixture
-    def make_unreachable(self, closing):
-        return lambda: closing(ZkMembership(self.unreachable_where, MonotonicClock(),
-                                      connect_timeout_s=0.5))
-
-    @pytest.fixture
-    def make_membership(self, make):
-        return make
-
-    @pytest.fixture
-    def make_with_safety_window(self, make):
-        return lambda window_ns: make(safety_window_ns=window_ns)
-
-    @pytest.fixture
-    def membership_process(self, zk_hosts, root):
-        return "flakekit_zookeeper.membership:ZkMembership", [zk_hosts], {"root": root}
 
     @pytest.fixture
     def expire(self, made, zk, zk_hosts, root):
