@@ -33,6 +33,15 @@ def etcdctl(endpoints: str, *args: str, check: bool = True) -> str:
     return out.stdout
 
 
+def compact_history(endpoints: str, noise_key: str) -> None:
+    """50 writes to ``noise_key``, then the whole history compacted (physically) up to
+    the current revision: a watch from an older revision can no longer resume."""
+    for n in range(50):
+        etcdctl(endpoints, "put", noise_key, str(n))
+    rev = json.loads(etcdctl(endpoints, "get", "/", "-w", "json"))["header"]["revision"]
+    etcdctl(endpoints, "compact", str(rev), "--physical")
+
+
 def leader(endpoints: str) -> str:
     """The endpoint of the cluster's leader (etcdctl endpoint status)."""
     status = json.loads(etcdctl(endpoints, "endpoint", "status", "-w", "json"))

@@ -11,15 +11,15 @@ import contextlib
 import json
 import os
 import signal
-import threading
 import time
 
 import pytest
-from etcdhelpers import etcdctl, generator, member_pid
+from etcdhelpers import compact_history, etcdctl, generator, member_pid
 from etcdhelpers import leader as etcd_leader
 
-from flakekit.errors import FlakekitError, LeaseError
+from flakekit.errors import LeaseError
 from flakekit.testing.drills import (
+    IssuingThread,
     parse_ids,
     pause_past_the_lease,
     read_until,
@@ -108,35 +108,19 @@ def test_leader_change_no_false_loss(etcd_cluster):
     gen = generator(ns, endpoints=ordered, quarantine=0)
     gen.start()
     lease0 = gen.keeper.lease
-    ids: list[tuple[int, int]] = []
-    errors: list[str] = []
-    stop = threading.Event()
-
-    def issue() -> None:
-        while not stop.is_set():
-            t = time.monotonic_ns()
-            try:
-                ids.append((gen.next_id(), t))
-            except FlakekitError as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-                time.sleep(0.01)
-            time.sleep(0.001)
-
-    thread = threading.Thread(target=issue, daemon=True)
-    thread.start()
+    issuing = IssuingThread(gen, error_pause_s=0.01).start()
+    ids = issuing.ids
     time.sleep(1.0)
     renewals = gen.keeper.renewals
     killed_at = time.monotonic()
     os.kill(member_pid(svc, leader), signal.SIGKILL)
     recovered = None
-    while time.monotonic() - killed_at < 15:
-        if gen.keeper.renewals > renewals:
-            recovered = time.monotonic() - killed_at
-            break
-        time.sleep(0.01)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: gen.keeper.renewals > renewals, 15, interval=0.01)
+        recovered = time.monotonic() - killed_at
     time.sleep(1.0)
-    stop.set()
-    thread.join(timeout=5)
+    issuing.stop(timeout=5)
+    errors = [f"{type(exc).__name__}: {exc}" for _, exc in issuing.errors]
     rest = ",".join(e for e in endpoints.split(",") if e != leader)
     new_leader = etcd_leader(rest)
     lease_now = gen.keeper.lease
@@ -165,10 +149,7 @@ def test_compaction_while_watching_renewals_still_see_the_change(etcd_endpoints,
     gen = generator(ns, endpoints=etcd_endpoints, ttl="3s", quarantine=0, watch=watch)
     gen.start()
     gen.next_id()
-    for n in range(50):
-        etcdctl(etcd_endpoints, "put", f"/flakekit/{ns}/noise", str(n))
-    rev = json.loads(etcdctl(etcd_endpoints, "get", "/", "-w", "json"))["header"]["revision"]
-    etcdctl(etcd_endpoints, "compact", str(rev), "--physical")
+    compact_history(etcd_endpoints, f"/flakekit/{ns}/noise")
     key = f"/flakekit/{ns}/claims/{gen.lease.worker_id}"
     t0 = time.monotonic()
     etcdctl(etcd_endpoints, "del", key)

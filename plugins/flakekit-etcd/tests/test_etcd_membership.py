@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcdhelpers import SCRIPT, etcdctl, member_pid
+from etcdhelpers import SCRIPT, compact_history, etcdctl, member_pid
 from etcdhelpers import leader as etcd_leader
 from flakekit_etcd import EtcdMembershipSettings
 from flakekit_etcd.membership import EtcdMembership
@@ -236,10 +236,7 @@ def test_compaction_renewals_still_read_the_new_epoch(make, etcd_endpoints, root
     lease = m.acquire(request(ns))
     m.watch_view(ns, lambda: None)
     assert other.propose(ns, 0, [Member("x")]) is not None
-    for n in range(50):
-        etcdctl(etcd_endpoints, "put", f"{root}/noise", str(n))
-    rev = json.loads(etcdctl(etcd_endpoints, "get", "/", "-w", "json"))["header"]["revision"]
-    etcdctl(etcd_endpoints, "compact", str(rev), "--physical")
+    compact_history(etcd_endpoints, f"{root}/noise")
     assert other.propose(ns, 1, [Member("y")]) is not None
     assert m.renew(lease, 0).view_epoch == 2
     assert other.propose(ns, 2, [Member("z")]) is not None
