@@ -22,7 +22,6 @@ from etcdhelpers import leader as etcd_leader
 from flakekit_etcd import EtcdMembershipSettings
 from flakekit_etcd.membership import EtcdMembership
 
-from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, MemberTarget
 from flakekit.cluster.membership import JoinRequest, MemberLease
@@ -30,6 +29,7 @@ from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostErro
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import TcpProxy
+from flakekit.testing.configs import cluster_table, strict_config
 from flakekit.testing.membership_contract import AddressedMembershipContract
 from flakekit.testing.services import script_service
 from flakekit.testing.waiting import wait_until
@@ -302,12 +302,7 @@ def test_leader_change_is_no_false_loss(own_cluster):
 
 # -- errors and registration --------------------------------------------------------------------
 def _config(membership: dict[str, Any], lease: str = "10s"):
-    return parse_config({
-        "backends": {"default": {"url": "sqlite:///ids.db"}},
-        "generators": {"orders": {"strategy": "segment", "order": "strict"}},
-        "cluster": {"name": "ids", "advertise": "http://10.0.0.5:8080", "lease": lease,
-                    "membership": membership},
-    })
+    return strict_config(cluster_table(lease=lease, membership=membership))
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ from flakekit_zookeeper import ZooKeeperMembershipSettings
 from flakekit_zookeeper.membership import ZkMembership
 from zkhelpers import expire_session
 
-from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.membership import JoinRequest, MemberLease
 from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostError
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import TcpProxy
 from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
+from flakekit.testing.configs import cluster_table, strict_config
 from flakekit.testing.membership_contract import AddressedMembershipContract
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
@@ -240,12 +240,7 @@ def test_the_watch_is_rearmed_after_a_blip(make, zk_hosts, ns):
 
 # -- errors and registration --------------------------------------------------------------------
 def _config(membership: dict[str, Any]):
-    return parse_config({
-        "backends": {"default": {"url": "sqlite:///ids.db"}},
-        "generators": {"orders": {"strategy": "segment", "order": "strict"}},
-        "cluster": {"name": "ids", "advertise": "http://10.0.0.5:8080",
-                    "membership": membership},
-    })
+    return strict_config(cluster_table(membership=membership))
 
 
 @pytest.fixture

@@ -1,0 +1,36 @@
+"""Config builders for cluster tests: one strict segment generator on SQLite and a
+``[cluster]`` section, with only what a test cares about spelled out::
+
+    kit = build_kit(strict_config(cluster_table(membership={"type": "etcd"})), host)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flakekit.assembly.config import parse_config
+
+__all__ = ["ADVERTISE", "cluster_table", "strict_config"]
+
+#: the address a test node advertises (documentation-only, never dialled)
+ADVERTISE = "http://10.0.0.5:8080"
+
+
+def cluster_table(**keys: Any) -> dict[str, Any]:
+    """A ``[cluster]`` table: cluster ``ids`` advertising ``ADVERTISE``, plus ``keys``."""
+    return {"name": "ids", "advertise": ADVERTISE, **keys}
+
+
+def strict_config(cluster: dict[str, Any] | None = None,
+                  generators: dict[str, Any] | None = None, url: str = "sqlite:///ids.db",
+                  **extra: Any) -> Any:
+    """A parsed config: backend ``default`` on ``url``, ``generators`` (default: segment
+    generator ``orders`` with ``order = "strict"``), the ``cluster`` table if given, and
+    any other top-level tables."""
+    data: dict[str, Any] = {
+        "backends": {"default": {"url": url}},
+        "generators": generators if generators is not None else {
+            "orders": {"strategy": "segment", "order": "strict"}}}
+    if cluster is not None:
+        data["cluster"] = cluster
+    return parse_config({**data, **extra})
