@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import attrs
+
 __all__ = ["DrawingClients", "Record", "check_order", "owns"]
 
 #: one draw: (start, end) on ``time.perf_counter_ns``, the value, the node that served it
@@ -49,6 +51,7 @@ def check_order(records: Iterable[tuple[Any, ...]]) -> None:
             assert value > best_before[i - 1], "a later request got a smaller ID (I2)"
 
 
+@attrs.define(eq=False)
 class DrawingClients:
     """``clients`` threads drawing ``key`` through ``nodes`` (name -> ClusterNode), client
     ``i`` starting at the ``i % len(nodes)``-th node; a NotOwnerError sends it to the
@@ -56,19 +59,21 @@ class DrawingClients:
     ``switch_when_moving`` (else the same one again) after ``moving_pause_s``; after each
     draw it rests ``pause_s`` (keeping the record list small). Records are ``Record``."""
 
-    def __init__(self, nodes: Mapping[str, Any], key: str, clients: int = 4, *,
-                 pause_s: float = 0.0, moving_pause_s: float = 0.0,
-                 switch_when_moving: bool = False) -> None:
-        self.nodes = nodes
-        self.key = key
-        self.pause_s = pause_s
-        self.moving_pause_s = moving_pause_s
-        self.switch_when_moving = switch_when_moving
-        self.records: list[Record] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._draw, args=(i,), daemon=True,
-                                          name=f"drawing-client-{i}") for i in range(clients)]
+    nodes: Mapping[str, Any]
+    key: str
+    clients: int = 4
+    pause_s: float = attrs.field(default=0.0, kw_only=True)
+    moving_pause_s: float = attrs.field(default=0.0, kw_only=True)
+    switch_when_moving: bool = attrs.field(default=False, kw_only=True)
+    records: list[Record] = attrs.field(factory=list, init=False)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False)
+    _stop: threading.Event = attrs.field(factory=threading.Event, init=False)
+    _threads: list[threading.Thread] = attrs.field(init=False)
+
+    @_threads.default
+    def _make_threads(self) -> list[threading.Thread]:
+        return [threading.Thread(target=self._draw, args=(i,), daemon=True,
+                                 name=f"drawing-client-{i}") for i in range(self.clients)]
 
     def _draw(self, i: int) -> None:
         from flakekit.errors import ClusterUnavailableError, KeyMovingError, NotOwnerError

@@ -204,6 +204,7 @@ def generator_over(make_allocator: Any, name: str, layout: str | BitLayout = "sn
                           layout, clock=clock, events=events, on_lease_lost=on_lease_lost)
 
 
+@attrs.define(eq=False)
 class IssuingThread:
     """A daemon thread calling ``gen.next_id()`` every ``pause_s`` until ``stop()``:
     ``ids`` holds ``(id, monotonic ns before the call)``, ``errors`` ``(monotonic ns
@@ -211,16 +212,18 @@ class IssuingThread:
     LeaseLostError it calls ``gen.restart()`` when ``restart_on_lost`` (resting 0.05 s
     if that fails too). The drills' way to watch a generator through a fault."""
 
-    def __init__(self, gen: Any, *, restart_on_lost: bool = False, pause_s: float = 0.001,
-                 error_pause_s: float = 0.0) -> None:
+    gen: Any
+    restart_on_lost: bool = attrs.field(default=False, kw_only=True)
+    pause_s: float = attrs.field(default=0.001, kw_only=True)
+    error_pause_s: float = attrs.field(default=0.0, kw_only=True)
+    ids: list[tuple[int, int]] = attrs.field(factory=list, init=False)
+    errors: list[tuple[int, BaseException]] = attrs.field(factory=list, init=False)
+    _stop: Any = attrs.field(init=False)
+    _thread: Any = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
         import threading
 
-        self.gen = gen
-        self.restart_on_lost = restart_on_lost
-        self.pause_s = pause_s
-        self.error_pause_s = error_pause_s
-        self.ids: list[tuple[int, int]] = []
-        self.errors: list[tuple[int, BaseException]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="issuing")
 
@@ -250,3 +253,14 @@ class IssuingThread:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+
+def pause_beside(holder: Any, config: Path, name: str) -> PausedHolderRun:
+    """:func:`pause_past_the_lease` while ``holder`` (a generator in this process on the
+    tiny layout) holds worker 0, so the two drill processes must share worker 1; the
+    holder is closed afterwards."""
+    holder.start()
+    try:
+        return pause_past_the_lease(config, name)
+    finally:
+        holder.close()

@@ -21,7 +21,7 @@ from flakekit.errors import LeaseError
 from flakekit.testing.drills import (
     IssuingThread,
     parse_ids,
-    pause_past_the_lease,
+    pause_beside,
     read_until,
     spawn,
     tiny_layout,
@@ -88,11 +88,7 @@ def test_sigstop_past_the_ttl_no_duplicate(tmp_path, etcd_endpoints, ns):
     paused one issues nothing after it resumes, and no ID repeats."""
     cfg = write_config(tmp_path, ns, _table(etcd_endpoints), layout="tiny")
     holder = generator(ns, tiny_layout(), endpoints=etcd_endpoints, ttl="2s", quarantine=0)
-    holder.start()  # takes worker 0, so the two processes must share worker 1
-    try:
-        run = pause_past_the_lease(cfg, ns)
-    finally:
-        holder.close()
+    run = pause_beside(holder, cfg, ns)
     assert int(run.b_lease[2]) > int(run.a_lease[2])         # same id, later epoch
     assert run.claimed_at - run.stopped_at >= 2.0e9          # not before the lease could end
 

@@ -16,7 +16,7 @@ from zkhelpers import ensemble_pid, ensemble_roles, generator
 
 from flakekit.testing.drills import (
     IssuingThread,
-    pause_past_the_lease,
+    pause_beside,
     tiny_layout,
     write_config,
 )
@@ -33,11 +33,7 @@ def test_sigstop_past_session_timeout_no_duplicate(tmp_path, zk_hosts, ns):
     cfg = write_config(tmp_path, ns, table, layout="tiny")
     holder = generator(ns, tiny_layout(), hosts=zk_hosts, session_timeout="2s",
                        safety_window="0.5s", quarantine=0)
-    holder.start()  # takes worker 0, so the two processes must share worker 1
-    try:
-        run = pause_past_the_lease(cfg, ns)
-    finally:
-        holder.close()
+    run = pause_beside(holder, cfg, ns)
     assert int(run.b_lease[2]) == int(run.a_lease[2]) + 1    # same id, epoch + 1
     assert run.claimed_at - run.stopped_at >= 1.0e9          # not before the session could end
 
