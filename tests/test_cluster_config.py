@@ -28,13 +28,24 @@ def _no_identity_env(monkeypatch):
     monkeypatch.delenv(ADVERTISE_ENV, raising=False)
 
 
-def _build(host, cluster=None, generators=None, **kw):
-    return build_kit(strict_config(cluster, generators), host, **kw)
+@pytest.fixture
+def build(host):
+    """``build(cluster=None, generators=None, **kw)``: a kit of ``strict_config(cluster,
+    generators)``, closed after the test."""
+    kits = []
+
+    def build(cluster=None, generators=None, **kw):
+        kits.append(build_kit(strict_config(cluster, generators), host, **kw))
+        return kits[-1]
+
+    yield build
+    for kit in kits:
+        kit.close()
 
 
 # -- defaults ---------------------------------------------------------------------------------
-def test_defaults(host):
-    kit = _build(host, {"name": "ids", "advertise": ADVERTISE})
+def test_defaults(build, host):
+    kit = build({"name": "ids", "advertise": ADVERTISE})
     spec = kit.config.cluster
     assert spec.membership.type == "sql"
     assert spec.membership.settings == {"backend": "default"}
@@ -45,39 +56,35 @@ def test_defaults(host):
     assert type(kit.membership).__name__ == "SqlMembership"
     [strict] = kit.strict_generators()
     assert (strict.name, strict.key, strict.order) == ("orders", "orders", "strict")
-    kit.close()
 
 
-def test_values_are_read(host):
-    kit = _build(host, cluster_table(node="web-1", weight=3, lease="30s", handoff_wait="500ms",
+def test_values_are_read(build):
+    kit = build(cluster_table(node="web-1", weight=3, lease="30s", handoff_wait="500ms",
                                 membership={"backend": "default"}))
     spec = kit.config.cluster
     assert (kit.cluster.node, spec.weight, spec.lease_ns, spec.handoff_wait_ns) == (
         "web-1", 3, 30 * 10**9, 500 * 10**6)
     assert spec.membership.type == "sql"  # type defaults to sql
-    kit.close()
 
 
-def test_cluster_settings_of_the_kit(host):
+def test_cluster_settings_of_the_kit(build):
     """What the server builds its ClusterNode from: seconds, as ClusterSettings takes them."""
     pytest.importorskip("flakekit.cluster.settings")
-    kit = _build(host, cluster_table(node="web-1", weight=2, lease="6s", handoff_wait="1s"))
+    kit = build(cluster_table(node="web-1", weight=2, lease="6s", handoff_wait="1s"))
     s = kit.cluster_settings()
     assert (s.name, s.node, s.advertise, s.weight, s.lease, s.handoff_wait) == (
         "ids", "web-1", ADVERTISE, 2, 6.0, 1.0)
     # the server's --node / --advertise win over everything
     s = kit.cluster_settings(node="web-9", advertise="http://b.example:8443/")
     assert (s.node, s.advertise) == ("web-9", "http://b.example:8443")
-    kit.close()
 
 
-def test_segment_order_defaults_to_node(host):
-    kit = _build(host, generators={"orders": {"strategy": "segment"}})
+def test_segment_order_defaults_to_node(build):
+    kit = build(generators={"orders": {"strategy": "segment"}})
     assert isinstance(kit.get("orders"), SegmentGenerator)
     assert kit.specs["orders"].settings.order == "node"
     assert kit.config.cluster is None and kit.membership is None and kit.cluster is None
     assert kit.strict_generators() == []
-    kit.close()
 
 
 def test_no_connection_at_build_time(host):
@@ -89,23 +96,21 @@ def test_no_connection_at_build_time(host):
 
 
 # -- the environment --------------------------------------------------------------------------
-def test_env_gives_node_and_advertise(host, monkeypatch):
+def test_env_gives_node_and_advertise(build, monkeypatch):
     monkeypatch.setenv(NODE_ENV, "pod-7")
     monkeypatch.setenv(ADVERTISE_ENV, "http://10.1.2.3:9000")
-    kit = _build(host, {"name": "ids"})
+    kit = build({"name": "ids"})
     assert (kit.cluster.node, kit.cluster.node_from) == ("pod-7", "$FLAKEKIT_NODE")
     assert (kit.cluster.advertise, kit.cluster.advertise_from) == (
         "http://10.1.2.3:9000", "$FLAKEKIT_ADVERTISE")
-    kit.close()
 
 
-def test_env_overrides_the_file(host, monkeypatch):
+def test_env_overrides_the_file(build, monkeypatch):
     """One config file for every node: each node's identity comes from where it runs."""
     monkeypatch.setenv(NODE_ENV, "pod-7")
     monkeypatch.setenv(ADVERTISE_ENV, "http://10.1.2.3:9000")
-    kit = _build(host, cluster_table(node="web-1"))
+    kit = build(cluster_table(node="web-1"))
     assert (kit.cluster.node, kit.cluster.advertise) == ("pod-7", "http://10.1.2.3:9000")
-    kit.close()
 
 
 def test_explicit_values_override_the_env(monkeypatch):
@@ -125,39 +130,37 @@ def test_explicit_values_override_the_env(monkeypatch):
     (ADVERTISE_ENV, "10.0.0.5:8080", r"^FLAKEKIT_ADVERTISE: .*scheme must be http;"),
     (ADVERTISE_ENV, "http://10.0.0.5", r"^FLAKEKIT_ADVERTISE: .*has no port"),
 ])
-def test_bad_env_value_is_named(host, monkeypatch, var, value, message):
+def test_bad_env_value_is_named(build, monkeypatch, var, value, message):
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError, match=message):
-        _build(host, cluster_table())
+        build(cluster_table())
 
 
-def test_empty_env_counts_as_unset(host, monkeypatch):
+def test_empty_env_counts_as_unset(build, monkeypatch):
     monkeypatch.setenv(NODE_ENV, "")
-    kit = _build(host, cluster_table(node="web-1"))
+    kit = build(cluster_table(node="web-1"))
     assert kit.cluster.node == "web-1"
-    kit.close()
 
 
-def test_advertise_is_required(host):
+def test_advertise_is_required(build):
     with pytest.raises(ConfigError,
                        match=r"^cluster\.advertise: is required: .*FLAKEKIT_ADVERTISE"):
-        _build(host, {"name": "ids"})
+        build({"name": "ids"})
 
 
-def test_operator_tools_need_no_identity(host):
+def test_operator_tools_need_no_identity(build):
     """``flakekit cluster status`` runs anywhere: no node id or advertise needed."""
-    kit = _build(host, {"name": "ids"}, as_member=False)
+    kit = build({"name": "ids"}, as_member=False)
     assert kit.cluster is None and kit.membership is not None
     with pytest.raises(ConfigError, match=r"^cluster\.advertise: is required"):
         kit.cluster_settings()
-    kit.close()
 
 
-def test_bad_host_name_as_node(host, monkeypatch):
+def test_bad_host_name_as_node(build, host, monkeypatch):
     monkeypatch.setattr(socket, "gethostname", lambda: "bad host#name")
     with pytest.raises(ConfigError, match=r"^cluster\.node: the host name 'bad host#name' is "
                        r"not a valid node id .*set cluster\.node or \$FLAKEKIT_NODE"):
-        _build(host, cluster_table())
+        build(cluster_table())
 
 
 # -- every bad value of [cluster] -------------------------------------------------------------
@@ -224,9 +227,9 @@ BAD_AT_BUILD = [
 
 
 @pytest.mark.parametrize(("cluster", "message"), BAD_AT_BUILD, ids=[m for _, m in BAD_AT_BUILD])
-def test_bad_membership_at_build(host, cluster, message):
+def test_bad_membership_at_build(build, cluster, message):
     with pytest.raises(ConfigError, match=message):
-        _build(host, cluster)
+        build(cluster)
 
 
 def test_cluster_not_a_table():
@@ -246,37 +249,37 @@ def test_env_interpolation_in_cluster(monkeypatch):
 
 
 # -- order ------------------------------------------------------------------------------------
-def test_strict_without_cluster_names_order_and_the_fix(host):
+def test_strict_without_cluster_names_order_and_the_fix(build):
     with pytest.raises(ConfigError) as info:
-        _build(host, None)
+        build(None)
     assert str(info.value) == (
         'generators.orders.order: "strict" needs a [cluster] section (name, advertise, '
         'membership) so that one node owns the key; add [cluster], or set order = "node"')
 
 
 @pytest.mark.parametrize("value", ["strictly", "", 1, True])
-def test_bad_order(host, value):
+def test_bad_order(build, value):
     with pytest.raises(ConfigError, match=r"^generators\.orders\.order: ") as info:
-        _build(host, cluster_table(), {"orders": {"strategy": "segment", "order": value}})
+        build(cluster_table(), {"orders": {"strategy": "segment", "order": value}})
     assert "'node', 'strict'" in str(info.value) or "expected a string" in str(info.value)
 
 
-def test_misspelt_order_key(host):
+def test_misspelt_order_key(build):
     with pytest.raises(ConfigError, match=r"^generators\.orders\.ordr: unknown key; .*did you "
                        r"mean 'order'\?"):
-        _build(host, cluster_table(), {"orders": {"strategy": "segment", "ordr": "strict"}})
+        build(cluster_table(), {"orders": {"strategy": "segment", "ordr": "strict"}})
 
 
-def test_strict_with_all_keys_is_refused(host):
+def test_strict_with_all_keys_is_refused(build):
     with pytest.raises(ConfigError, match=r"^generators\.orders\.store\.keys: order = \"strict\" "
                        r"serves one key per generator"):
-        _build(host, cluster_table(), {"orders": {"strategy": "segment", "order": "strict",
+        build(cluster_table(), {"orders": {"strategy": "segment", "order": "strict",
                                              "store": {"type": "sql", "keys": "all"}}})
 
 
-def test_order_on_snowflake_is_unknown(host):
+def test_order_on_snowflake_is_unknown(build):
     with pytest.raises(ConfigError, match=r"^generators\.ids\.order: unknown key"):
-        _build(host, cluster_table(), {"ids": {"allocator": {"type": "static", "worker_id": 1},
+        build(cluster_table(), {"ids": {"allocator": {"type": "static", "worker_id": 1},
                                           "order": "strict"}})
 
 
@@ -299,17 +302,18 @@ def test_strict_needs_a_fencing_store():
     host = PluginHost().load(entrypoints=False, extra=[PlainStorePlugin()])
     with pytest.raises(ContractError, match=r"generators\.orders\.store: .*'plain'.*is not a "
                        r"KeyFence: it lacks claim_key\(\)"):
-        _build(host, cluster_table(), {"orders": {"strategy": "segment", "order": "strict",
-                                             "store": "plain"}})
+        build_kit(strict_config(cluster_table(), {"orders": {
+            "strategy": "segment", "order": "strict", "store": "plain"}}), host)
     # the same store serves order = "node"
-    kit = _build(host, cluster_table(), {"orders": {"strategy": "segment", "store": "plain"}})
+    kit = build_kit(strict_config(cluster_table(), {"orders": {"strategy": "segment",
+                                                               "store": "plain"}}), host)
     assert isinstance(kit.get("orders"), SegmentGenerator)
     kit.close()
 
 
-def test_strict_generator_refuses_outside_a_cluster_node(host):
+def test_strict_generator_refuses_outside_a_cluster_node(build):
     """A strict key is never served by a process that is not its owner's node."""
-    kit = _build(host, cluster_table(node="web-1"))
+    kit = build(cluster_table(node="web-1"))
     gen = kit["orders"]
     assert isinstance(gen, StrictSegment)
     with pytest.raises(ClusterError, match=r"^generators\.orders: order = \"strict\": key "
@@ -317,28 +321,24 @@ def test_strict_generator_refuses_outside_a_cluster_node(host):
         gen.next_id()
     with pytest.raises(ClusterError):
         gen.next_ids(3)
-    kit.close()
 
 
-def test_kit_describes_the_strict_generator(host):
-    kit = _build(host, cluster_table())
+def test_kit_describes_the_strict_generator(build):
+    kit = build(cluster_table())
     info = kit.describe("orders")
     assert (info.strategy, info.key, info.store) == ("segment", "orders", "sql")
-    kit.close()
 
 
-def test_cluster_settings_without_a_section(host):
-    kit = _build(host, None, {"orders": {"strategy": "segment"}})
+def test_cluster_settings_without_a_section(build):
+    kit = build(None, {"orders": {"strategy": "segment"}})
     with pytest.raises(ConfigError, match=r"^cluster: the config has no \[cluster\] section"):
         kit.cluster_settings()
-    kit.close()
 
 
-def test_unknown_generator_name_still_suggests(host):
-    kit = _build(host, cluster_table())
+def test_unknown_generator_name_still_suggests(build):
+    kit = build(cluster_table())
     with pytest.raises(UnknownNameError):
         kit.get("order")
-    kit.close()
 
 
 def test_plugins_lists_the_membership(capsys):
