@@ -56,6 +56,14 @@ def holder(server: MemoryKv, clock: ManualClock) -> tuple[KvLeaseAllocator, Work
     return a, a.acquire(req())
 
 
+def watched_holder(server: MemoryKv, clock: ManualClock,
+                   ) -> tuple[KvLeaseAllocator, WorkerLease, list[tuple[str, str]]]:
+    """A new allocator on ``server`` watched (``pushes``) before it acquired its lease."""
+    a = make(server, clock)
+    pushed = pushes(a)
+    return a, a.acquire(req()), pushed
+
+
 def pushes(a: KvLeaseAllocator) -> list[tuple[str, str]]:
     """What ``a`` pushes to its watcher, ``(kind, reason)``, from now on."""
     pushed: list[tuple[str, str]] = []
@@ -161,9 +169,7 @@ class TestRenew:
         assert new.stamp_until_ns >= lease.stamp_until_ns
 
     def test_suspended_is_not_lost_and_the_same_session_comes_back(self, clock, server):
-        a = make(server, clock)
-        pushed = pushes(a)
-        lease = a.acquire(req())
+        a, lease, pushed = watched_holder(server, clock)
         store(a).suspend()
         with pytest.raises(BackendError, match="SUSPENDED"):
             a.renew(lease, 0)
@@ -174,9 +180,7 @@ class TestRenew:
         assert not [k for k, _ in pushed if k == "lost"]
 
     def test_session_expiry_is_pushed_as_lost(self, clock, server):
-        a = make(server, clock)
-        pushed = pushes(a)
-        lease = a.acquire(req())
+        a, lease, pushed = watched_holder(server, clock)
         store(a).suspend()
         clock.advance(2.5)               # past the TTL while disconnected
         store(a).resume()
