@@ -233,7 +233,7 @@ def test_compaction_renewals_still_read_the_new_epoch(make, etcd_endpoints, root
     """The history compacted (physically) under the member's watch, then the view moved
     twice: each renewal reads the newest epoch, with or without the watch."""
     m, other = make(watch=watch), make()
-    lease = m.acquire(request(ns))
+    lease = m.acquire(request(ns, lease_s=10.0))   # outlives 50 etcdctl runs on a busy host
     m.watch_view(ns, lambda: None)
     assert other.propose(ns, 0, [Member("x")]) is not None
     compact_history(etcd_endpoints, f"{root}/noise")
