@@ -10,7 +10,7 @@ from typing import Any
 
 from flakekit.assembly.config import parse_config
 
-__all__ = ["ADVERTISE", "cluster_table", "strict_config"]
+__all__ = ["ADVERTISE", "assert_build_refused", "cluster_table", "strict_config"]
 
 #: the address a test node advertises (documentation-only, never dialled)
 ADVERTISE = "http://10.0.0.5:8080"
@@ -34,3 +34,16 @@ def strict_config(cluster: dict[str, Any] | None = None,
     if cluster is not None:
         data["cluster"] = cluster
     return parse_config({**data, **extra})
+
+
+def assert_build_refused(config: Any, host: Any, message: str) -> None:
+    """Building a kit of ``config`` on plugin host ``host`` raises ConfigError matching
+    ``message``, in one line (what every bad setting owes its user)."""
+    import pytest
+
+    from flakekit.assembly.kit import build_kit
+    from flakekit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as caught:
+        build_kit(config, host)
+    assert "\n" not in str(caught.value), caught.value
