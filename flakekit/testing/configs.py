@@ -1,5 +1,6 @@
-"""Config builders for cluster tests: one strict segment generator on SQLite and a
-``[cluster]`` section, with only what a test cares about spelled out::
+"""Config builders and checks for tests: one strict segment generator on SQLite and a
+``[cluster]`` section, with only what a test cares about spelled out, and the one-line
+refusals a bad setting owes (``assert_build_refused``, ``assert_field_error``)::
 
     kit = build_kit(strict_config(cluster_table(membership={"type": "etcd"})), host)
 """
@@ -10,7 +11,8 @@ from typing import Any
 
 from flakekit.assembly.config import parse_config
 
-__all__ = ["ADVERTISE", "assert_build_refused", "cluster_table", "strict_config"]
+__all__ = ["ADVERTISE", "assert_build_refused", "assert_field_error", "cluster_table",
+           "strict_config"]
 
 #: the address a test node advertises (documentation-only, never dialled)
 ADVERTISE = "http://10.0.0.5:8080"
@@ -47,3 +49,20 @@ def assert_build_refused(config: Any, host: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
         build_kit(config, host)
     assert "\n" not in str(caught.value), caught.value
+
+
+def assert_field_error(settings: Any, table: dict[str, Any], field: str, *,
+                       starts: str | None = None) -> None:
+    """``settings(**table)`` (a plugin's settings class) raises FieldError naming
+    ``field``, its message starting with ``starts`` (default: the quoted field name; ""
+    for any), so
+    the config error's path comes from the error, not from its text."""
+    import pytest
+
+    from flakekit.errors import FieldError
+
+    with pytest.raises(FieldError) as info:
+        settings(**table)
+    assert info.value.field == field
+    prefix = f"'{field}'" if starts is None else starts
+    assert info.value.message.startswith(prefix), info.value.message

@@ -25,11 +25,16 @@ from flakekit_etcd.membership import EtcdMembership
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, MemberTarget
 from flakekit.cluster.membership import JoinRequest, MemberLease
-from flakekit.errors import BackendError, FieldError, LeaseLostError
+from flakekit.errors import BackendError, LeaseLostError
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import TcpProxy
-from flakekit.testing.configs import assert_build_refused, cluster_table, strict_config
+from flakekit.testing.configs import (
+    assert_build_refused,
+    assert_field_error,
+    cluster_table,
+    strict_config,
+)
 from flakekit.testing.membership_contract import AddressedMembershipContract
 from flakekit.testing.services import script_service
 from flakekit.testing.waiting import wait_until
@@ -357,9 +362,8 @@ def test_bad_settings_fail_in_one_line(plugin_host, tmp_path, monkeypatch, setti
 
 
 def test_settings_cross_checks_name_their_field():
-    with pytest.raises(FieldError) as caught:
-        EtcdMembershipSettings(ttl="4s", safety_window="3s")
-    assert caught.value.field == "safety_window"
+    assert_field_error(EtcdMembershipSettings, {"ttl": "4s", "safety_window": "3s"},
+                       "safety_window", starts="")
 
 
 def test_a_safety_window_over_half_the_granted_ttl_is_refused(make, ns):

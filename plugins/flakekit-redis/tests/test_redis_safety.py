@@ -19,6 +19,7 @@ from flakekit.errors import LeaseLostError, UnknownKeyError, WorkerExhaustedErro
 from flakekit.leases.lease import LeaseRequest
 from flakekit.plugin import FieldError
 from flakekit.testing.cli import run_cli
+from flakekit.testing.configs import assert_field_error
 
 REQ = LeaseRequest("t", 1023, "", 0)
 
@@ -56,9 +57,7 @@ def _flush(url: str, prefix: str) -> None:
     ({"replicas": -1}, "replicas"),
 ], ids=["scheme", "db", "prefix", "ttl-floor", "safety", "service", "replicas"])
 def test_settings_checks_raise_field_error(table, field):
-    with pytest.raises(FieldError) as info:
-        RedisSettings(**table)
-    assert info.value.field == field
+    assert_field_error(RedisSettings, table, field, starts="")
 
 
 def test_store_step_is_checked():

@@ -17,11 +17,16 @@ from zkhelpers import expire_session
 
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.membership import JoinRequest, MemberLease
-from flakekit.errors import BackendError, FieldError, LeaseLostError
+from flakekit.errors import BackendError, LeaseLostError
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import TcpProxy
 from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
-from flakekit.testing.configs import assert_build_refused, cluster_table, strict_config
+from flakekit.testing.configs import (
+    assert_build_refused,
+    assert_field_error,
+    cluster_table,
+    strict_config,
+)
 from flakekit.testing.membership_contract import AddressedMembershipContract
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
@@ -280,9 +285,9 @@ def test_bad_settings_fail_in_one_line(plugin_host, tmp_path, monkeypatch, setti
 
 
 def test_settings_cross_checks_name_their_field():
-    with pytest.raises(FieldError) as caught:
-        ZooKeeperMembershipSettings(session_timeout="4s", safety_window="3s")
-    assert caught.value.field == "safety_window"
+    assert_field_error(ZooKeeperMembershipSettings,
+                       {"session_timeout": "4s", "safety_window": "3s"}, "safety_window",
+                       starts="")
 
 
 # -- the cluster runtime on ZooKeeper ---------------------------------------------------------
