@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -25,10 +26,10 @@ from flakekit.errors import (
     NotOwnerError,
 )
 from flakekit.generators.segment import SegmentSettings
-from flakekit.testing import ManualClock
+from flakekit.testing import ManualClock, wait_until
+from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
 from flakekit.testing.memory_cluster import MemoryClusterStore
 from flakekit.values.clock import MonotonicClock
-from flakekit.values.cluster import Member
 from flakekit.values.owners import owner_of
 
 LEASE = 3.0
@@ -76,16 +77,47 @@ class Harness:
         node = self.nodes[via or next(iter(self.nodes))]
         return self.nodes[node.owner(key).node]
 
+    def started(self, names: str) -> list[ClusterNode]:
+        """Nodes ``names`` added and settled on one view."""
+        for name in names:
+            self.add(name)
+        self.settle()
+        return [self.nodes[name] for name in names]
+
+    def key_of(self, node: ClusterNode) -> str:
+        """The first key ``node`` owns."""
+        return next(k for k in KEYS if self.owner(k) is node)
+
+    def until_dropped(self, dead: str, by: ClusterNode, within: float = 8 * LEASE,
+                      each_round: Callable[[], object] = lambda: None) -> int:
+        """Upkeep (0.25 s rounds, then ``each_round()``) without node ``dead`` until ``by``
+        applied a newer view than ``dead`` (one without it, once its record lapsed), within
+        ``within`` seconds: the clock's time then."""
+        waited = 0.0
+        while True:
+            self.tick(0.25, skip=(dead,))
+            waited += 0.25
+            dropped = by.status()["epoch"] > self.nodes[dead].status()["epoch"]
+            assert dropped or waited < within, f"{dead} not dropped within {within} s"
+            each_round()
+            if dropped:
+                return self.clock.monotonic_ns()
+
     def close(self) -> None:
         for node in self.nodes.values():
             node.close()
 
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 @pytest.fixture
 def cluster():
-    h = Harness()
-    yield h
-    h.close()
+    with Harness() as h:
+        yield h
 
 
 # -- settings -----------------------------------------------------------------------------
@@ -139,9 +171,7 @@ def test_view_change_is_proposed_once_after_the_debounce(cluster):
 
 def test_owner_routing_and_not_owner_refusal(cluster):
     """The owner serves (with its claim epoch); any other node refuses naming the owner."""
-    for name in "abc":
-        cluster.add(name)
-    cluster.settle()
+    cluster.started("abc")
     epoch = cluster.nodes["a"].status()["epoch"]
     for key in KEYS:
         owner = cluster.owner(key)
@@ -185,9 +215,7 @@ def _served(cluster, keys=KEYS):
 def test_planned_handoff_by_drain_moves_every_key_without_waiting(cluster):
     """Drain: the old owner stops, gives back and releases; the new owners claim at once
     (no lease wait) and continue above everything served before."""
-    for name in "abc":
-        cluster.add(name)
-    cluster.settle()
+    cluster.started("abc")
     before = _served(cluster)
     a = cluster.nodes["a"]
     moving = [k for k in KEYS if cluster.owner(k) is a]
@@ -214,25 +242,15 @@ def test_crash_handoff_waits_lease_plus_margin(cluster):
     """A dead owner never releases: the new owner claims only after lease + margin on its
     own clock since it first saw itself the owner; meanwhile the key is moving and keys
     that do not move are served as before."""
-    for name in "ab":
-        cluster.add(name)
-    cluster.settle()
-    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    a, b = cluster.started("ab")
     mine_a = [k for k in KEYS if cluster.owner(k) is a]
     mine_b = [k for k in KEYS if cluster.owner(k) is b]
     assert mine_a and mine_b
     before = _served(cluster)
     # a dies (stops renewing); b proposes a view without it once its lease lapses
-    seen_at = None
-    waited = 0.0
-    while seen_at is None:
-        cluster.tick(0.25, skip=("a",))
-        waited += 0.25
-        if b.status()["epoch"] > a.status()["epoch"]:
-            seen_at = cluster.clock.monotonic_ns()
-        assert waited < 2 * LEASE
-        for key in mine_b:   # not moving: unaffected all along
-            b.next_id(key)
+    # keys not moving are unaffected all along
+    seen_at = cluster.until_dropped("a", b, 2 * LEASE,
+                                    each_round=lambda: [b.next_id(k) for k in mine_b])
     key = mine_a[0]
     with pytest.raises(KeyMovingError) as err:
         b.next_id(key)
@@ -262,14 +280,10 @@ def test_crash_handoff_waits_the_dead_owners_longer_lease(cluster):
     cluster.add("b")
     cluster.settle()
     a, b = cluster.nodes["a"], cluster.nodes["b"]
-    key = next(k for k in KEYS if cluster.owner(k) is a)
+    key = cluster.key_of(a)
     a.next_id(key)
     deadline_a = a._keeper.lease.deadline_ns   # the last instant a may serve
-    seen_at = None
-    while seen_at is None:   # a stops renewing; its record lapses; b proposes without it
-        cluster.tick(0.25, skip=("a",))
-        if b.status()["epoch"] > a.status()["epoch"]:
-            seen_at = cluster.clock.monotonic_ns()
+    seen_at = cluster.until_dropped("a", b)  # a stops renewing; b proposes without it
     own_wait = WAIT * 1e9
     while cluster.clock.monotonic_ns() < seen_at + own_wait + 1e9:   # past b's own wait
         cluster.tick(0.25, skip=("a",))
@@ -292,20 +306,12 @@ def test_crash_handoff_is_at_once_where_a_lapsed_record_proves_the_owner_stopped
     ZooKeeper), the new owner takes a crashed owner's key as soon as the view moves,
     without waiting lease + margin again; the dead owner's own deadline is already over,
     and should it wake and renew, it serves nothing under its old claim."""
-    h = Harness(lapse_means_stopped=True, renew_lapsed=renew_lapsed)
-    try:
-        for name in "ab":
-            h.add(name)
-        h.settle()
-        a, b = h.nodes["a"], h.nodes["b"]
-        key = next(k for k in KEYS if h.owner(k) is a)
+    with Harness(lapse_means_stopped=True, renew_lapsed=renew_lapsed) as h:
+        a, b = h.started("ab")
+        key = h.key_of(a)
         served = a.next_id(key)[0]
         deadline_a = a._keeper.lease.deadline_ns
-        seen_at = None
-        while seen_at is None:
-            h.tick(0.25, skip=("a",))
-            if b.status()["epoch"] > a.status()["epoch"]:
-                seen_at = h.clock.monotonic_ns()
+        seen_at = h.until_dropped("a", b)
         h.tick(0.05, skip=("a",))   # one round: the claim
         value, epoch = b.next_id(key)
         assert value > served and epoch == b.status()["epoch"]
@@ -317,8 +323,6 @@ def test_crash_handoff_is_at_once_where_a_lapsed_record_proves_the_owner_stopped
             a.next_id(key)
         after, _ = b.next_id(key)
         assert after > value
-    finally:
-        h.close()
 
 
 def test_store_cut_serves_until_the_deadline_then_refuses(cluster):
@@ -355,10 +359,7 @@ def test_store_cut_serves_until_the_deadline_then_refuses(cluster):
 
 def test_drain_of_another_node_and_of_the_last_node(cluster):
     """Any node can drain another; draining the last serving node changes nothing."""
-    for name in "ab":
-        cluster.add(name)
-    cluster.settle()
-    a, b = cluster.nodes["a"], cluster.nodes["b"]
+    a, b = cluster.started("ab")
     view = a.drain("b")
     assert view.nodes() == ("a",)
     cluster.tick(0.0)
@@ -373,9 +374,7 @@ def test_drain_of_another_node_and_of_the_last_node(cluster):
 def test_keys_that_do_not_move_keep_their_claim_and_segments(cluster):
     """A node joining moves only some keys; the others keep their claim epoch and go on
     counting through the same segment (no gap, no refusal)."""
-    for name in "ab":
-        cluster.add(name)
-    cluster.settle()
+    cluster.started("ab")
     before = {k: cluster.owner(k).next_id(k) for k in KEYS}
     owners_before = {k: cluster.owner(k).member.node for k in KEYS}
     cluster.add("c")
@@ -394,13 +393,9 @@ def test_reclaim_never_reuses_an_old_segment():
     """tidb #52600: a node that lost a key (it missed the views in between while paused)
     and regained it must start from a fresh segment above what the interim owner
     served, not count on through its old buffer."""
-    h = Harness(renew_lapsed=True)   # a store that lets a lapsed holder renew
-    try:
-        for name in "ab":
-            h.add(name)
-        h.settle()
-        a, b = h.nodes["a"], h.nodes["b"]
-        key = next(k for k in KEYS if h.owner(k) is a)
+    with Harness(renew_lapsed=True) as h:   # a store that lets a lapsed holder renew
+        a, b = h.started("ab")
+        key = h.key_of(a)
         old, _ = a.next_id(key)
         admin = h.store.membership("admin")
         # a pauses; the view moves the key to b (epoch E+1)...
@@ -423,8 +418,6 @@ def test_reclaim_never_reuses_an_old_segment():
         assert epoch == e + 2
         fetched = [ev for ev in h.store.events if ev.kind == "fetch" and ev.key == key]
         assert [ev.node for ev in fetched][-1] == "a"
-    finally:
-        h.close()
 
 
 def test_a_deposed_owner_closing_lowers_nothing(cluster):
@@ -458,13 +451,9 @@ def test_a_clean_close_gives_back_and_releases(cluster):
 def test_waiting_callers_get_the_key_when_the_planned_handoff_lands():
     """With handoff_wait, a caller at the new owner waits (on a condition) until the old
     owner released, instead of failing."""
-    h = Harness(handoff_wait=5.0)
-    try:
-        for name in "ab":
-            h.add(name)
-        h.settle()
-        a, b = h.nodes["a"], h.nodes["b"]
-        key = next(k for k in KEYS if h.owner(k) is a)
+    with Harness(handoff_wait=5.0) as h:
+        a, b = h.started("ab")
+        key = h.key_of(a)
         before, _ = a.next_id(key)
         a.drain()
         b.upkeep()   # b applies the view; a has not released yet
@@ -477,8 +466,6 @@ def test_waiting_callers_get_the_key_when_the_planned_handoff_lands():
         h.clock.advance(0.1)   # b's next claim attempt is due (it polls while waiting)
         t.join(5)
         assert got and got[0] > before
-    finally:
-        h.close()
 
 
 def test_membership_lost_to_another_incarnation_refuses_then_rejoins(cluster):
@@ -507,71 +494,25 @@ def test_concurrent_callers_across_handoffs_keep_i1_and_i2():
         node.add_strict("hot", store.fence(name), SegmentSettings(wait_budget="500ms"))
         nodes[name] = node.start()
     try:
-        deadline = time.monotonic() + 10
-        while nodes["a"].status()["epoch"] < 2 or nodes["b"].status()["epoch"] < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        records: list[tuple[int, int, int]] = []
-        lock = threading.Lock()
-        stop = threading.Event()
-
-        def client(i: int) -> None:
-            via = "ab"[i % 2]
-            while not stop.is_set():
-                start = time.perf_counter_ns()
-                try:
-                    value, _ = nodes[via].next_id("hot")
-                except NotOwnerError as exc:
-                    assert isinstance(exc.owner, Member)
-                    via = exc.owner.node
-                    continue
-                except (KeyMovingError, ClusterUnavailableError):
-                    continue
-                end = time.perf_counter_ns()
-                with lock:
-                    records.append((start, end, value))
-
-        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(6)]
-        for t in threads:
-            t.start()
+        wait_until(lambda: min(n.status()["epoch"] for n in nodes.values()) >= 2, 10)
         admin = store.membership("admin")
 
         def served_by(name: str) -> None:   # until the hand-off landed (no speed assumed)
-            until = time.monotonic() + 30
-            while nodes[name].status()["claims"].get("hot", {}).get("state") != "owned":
-                assert time.monotonic() < until, f"{name} never took the key over"
-                time.sleep(0.01)
+            wait_until(lambda: owns(nodes[name], "hot"), 30, what=f"{name} taking the key")
             time.sleep(0.05)   # let the clients draw there for a moment
 
         both = [nodes[n].member for n in "ab"]
         owner = owner_of("hot", both).node
         other = "b" if owner == "a" else "a"
-        for _ in range(4):   # eight hand-offs: drain the owner, then bring it back
+        with DrawingClients(nodes, "hot", 6) as clients:
+            for _ in range(4):   # eight hand-offs: drain the owner, then bring it back
+                served_by(owner)
+                nodes[owner].drain()
+                served_by(other)
+                admin.set_draining("c", owner, False)
+                admin.propose("c", admin.view("c").epoch, both)
             served_by(owner)
-            nodes[owner].drain()
-            served_by(other)
-            admin.set_draining("c", owner, False)
-            view = admin.view("c")
-            admin.propose("c", view.epoch, both)
-        served_by(owner)
-        stop.set()
-        for t in threads:
-            t.join(10)
-        assert records
-        values = [v for _, _, v in records]
-        assert len(values) == len(set(values)), "duplicate IDs"
-        # I2: sort by start; each ID exceeds every ID whose request ended before it started
-        ends = sorted((e, v) for _, e, v in records)
-        best_before: list[int] = []
-        top = -1
-        for _, v in ends:
-            top = max(top, v)
-            best_before.append(top)
-        import bisect
-        for s, _, v in records:
-            i = bisect.bisect_left(ends, (s, -1))
-            if i:
-                assert v > best_before[i - 1], "a later request got a smaller ID (I2)"
+        check_order(clients.records)
         assert sum(n.stats()["handoffs"] for n in nodes.values()) >= 9
     finally:
         for node in nodes.values():
@@ -582,11 +523,8 @@ def test_a_renewal_that_reveals_a_newer_view_stops_the_hot_path_at_once(cluster)
     """The keeper's renewal extends the deadline; if it read a newer view epoch, the key
     must stop being served before that view is applied (the upkeep thread may be stuck,
     and the new owner's wait counts from the epoch, not from this node's upkeep)."""
-    for name in "ab":
-        cluster.add(name)
-    cluster.settle()
-    a, b = cluster.nodes["a"], cluster.nodes["b"]
-    key = next(k for k in KEYS if cluster.owner(k) is a)
+    a, b = cluster.started("ab")
+    key = cluster.key_of(a)
     a.next_id(key)
     admin = cluster.store.membership("admin")
     admin.propose("c", admin.view("c").epoch, [b.member])
@@ -603,8 +541,7 @@ def test_a_node_with_other_strict_keys_is_refused_at_its_join():
     members' (a key missing, or one more) is refused at start with one line naming the
     nodes and the keys it can tell, and leaves again: it never serves, and the others'
     keys stay where they are. The same config joins."""
-    h = Harness()
-    try:
+    with Harness() as h:
         a = h.add("a")
         h.settle()
         served = {k: a.next_id(k)[0] for k in KEYS}
@@ -626,8 +563,6 @@ def test_a_node_with_other_strict_keys_is_refused_at_its_join():
         h.settle()
         assert {h.owner(k).member.node for k in KEYS} == {"a", "b"}
         assert b.status()["epoch"] == a.status()["epoch"]
-    finally:
-        h.close()
 
 
 # -- the event loop's path (issue 24 item 3) ---------------------------------------------
@@ -636,11 +571,8 @@ def test_try_next_id_serves_from_memory_and_never_refuses_or_waits(cluster):
     order with next_id; None (never an error, never a wait) on another node, past the
     member deadline and while a newer view is not applied; other_owner names the owner
     from the applied view."""
-    for name in "ab":
-        cluster.add(name)
-    cluster.settle()
-    a, b = cluster.nodes["a"], cluster.nodes["b"]
-    key = next(k for k in KEYS if cluster.owner(k) is a)
+    a, b = cluster.started("ab")
+    key = cluster.key_of(a)
     first, epoch = a.next_id(key)
     got = a.try_next_id(key)
     assert got is not None and got[0] > first and got[1] == epoch

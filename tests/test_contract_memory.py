@@ -9,7 +9,8 @@ import itertools
 import pytest
 
 from flakekit.leases.kv import KvLeaseAllocator
-from flakekit.testing import AllocatorContract, ManualClock, MembershipContract
+from flakekit.testing import AllocatorContract, MembershipContract
+from flakekit.testing.contract_clock import OnManualClock
 from flakekit.testing.memory_cluster import MemoryClusterStore
 from flakekit.testing.memory_kv import MemoryKv
 from flakekit.values.events import Events
@@ -17,19 +18,18 @@ from flakekit.values.events import Events
 S = 1_000_000_000
 
 
-class TestMemoryMembershipContract(MembershipContract):
+class TestMemoryMembershipContract(OnManualClock, MembershipContract):
     """MemoryClusterStore's membership adapters, one client name per ``make_membership``,
     on a ManualClock (``pass_time`` moves it; ``expire`` lapses the record)."""
 
     watch_calls_back = True
 
-    @pytest.fixture
-    def clock(self) -> ManualClock:
-        return ManualClock()
-
-    @pytest.fixture
-    def store(self, clock) -> MemoryClusterStore:
-        return MemoryClusterStore(clock, renew_interval=self.lease_s / 4)
+    @pytest.fixture(params=[False, True], ids=["unversioned", "versioned"])
+    def store(self, clock, request) -> MemoryClusterStore:
+        """Both kinds of record: without a renewal counter and with one (``versioned``,
+        as the real stores report)."""
+        return MemoryClusterStore(clock, renew_interval=self.lease_s / 4,
+                                  versioned=request.param)
 
     @pytest.fixture
     def make_membership(self, store, closing):
@@ -37,28 +37,16 @@ class TestMemoryMembershipContract(MembershipContract):
         return lambda: closing(store.membership(f"p{next(names)}"))
 
     @pytest.fixture
-    def monotonic_ns(self, clock):
-        return clock.monotonic_ns
-
-    @pytest.fixture
-    def pass_time(self, clock):
-        return lambda seconds: clock.advance(seconds)
-
-    @pytest.fixture
     def expire(self, store):
         return lambda cluster, lease: store.expire(cluster, lease.member.node)
 
 
 @pytest.mark.parametrize("style", ["zookeeper", "etcd"])
-class TestMemoryKvAllocatorContract(AllocatorContract):
+class TestMemoryKvAllocatorContract(OnManualClock, AllocatorContract):
     """KvLeaseAllocator on MemoryKv (both key-value styles), one session per allocator,
     on a ManualClock; ``expire`` ends the holder's session as the server would."""
 
     ttl_ms = 2000
-
-    @pytest.fixture
-    def clock(self) -> ManualClock:
-        return ManualClock()
 
     @pytest.fixture
     def server(self, clock, style) -> MemoryKv:
@@ -72,10 +60,6 @@ class TestMemoryKvAllocatorContract(AllocatorContract):
                 events=Events(), safety_window_ns=S // 2, quarantine_ns=0,
                 connect_timeout_ns=5 * S, generator="t"))
         return make
-
-    @pytest.fixture
-    def monotonic_ns(self, clock):
-        return clock.monotonic_ns
 
     @pytest.fixture
     def pass_time(self, clock, server):

@@ -13,7 +13,8 @@ from sqlalchemy.engine import Engine
 
 from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.workers import SqlWorkerAllocator
-from flakekit.testing import AllocatorContract, ManualClock, SegmentStoreContract, age_rows
+from flakekit.testing import AllocatorContract, SegmentStoreContract, age_rows
+from flakekit.testing.contract_clock import OnManualClock
 from flakekit.values.events import Events
 
 NS = 1_000_000_000
@@ -31,15 +32,9 @@ def engine(db_url) -> Iterator[Engine]:
     made.dispose()
 
 
-class TestSqlAllocatorContract(AllocatorContract):
+class TestSqlAllocatorContract(OnManualClock, AllocatorContract):
     """Every allocator made here is another node (its own host) of service "contract";
     they share one ManualClock that moves with the database when rows are aged."""
-
-    @pytest.fixture
-    def clock(self) -> ManualClock:
-        import time
-
-        return ManualClock(wall_ns=time.time_ns())
 
     @pytest.fixture
     def make_allocator(self, engine, clock, closing):
@@ -47,14 +42,6 @@ class TestSqlAllocatorContract(AllocatorContract):
         return lambda: closing(SqlWorkerAllocator(
             engine=engine, service="contract", clock=clock, host=f"10.0.0.{next(hosts)}",
             port=8080, tiers_ns=TIERS_NS, create_schema=True, events=Events(None)))
-
-    @pytest.fixture
-    def monotonic_ns(self, clock):
-        return clock.monotonic_ns
-
-    @pytest.fixture
-    def pass_time(self, clock):
-        return clock.advance
 
     @pytest.fixture
     def expire(self, engine, clock):

@@ -10,6 +10,7 @@ import pytest
 
 from flakekit.errors import BackendError, LeaseLostError, WorkerExhaustedError
 from flakekit.leases.kv import KvLeaseAllocator
+from flakekit.leases.lease import WorkerLease
 from flakekit.testing import ManualClock
 from flakekit.testing.memory_kv import MemoryKv, MemoryKvClient
 from flakekit.testing.requests import lease_request as req
@@ -44,6 +45,32 @@ def make(server: MemoryKv, clock: ManualClock, *, quarantine_s: float = 0.0,
     )
 
 
+@pytest.fixture
+def server(clock: ManualClock) -> MemoryKv:
+    return MemoryKv(clock)
+
+
+def holder(server: MemoryKv, clock: ManualClock) -> tuple[KvLeaseAllocator, WorkerLease]:
+    """A new allocator on ``server`` and the lease it acquired."""
+    a = make(server, clock)
+    return a, a.acquire(req())
+
+
+def watched_holder(server: MemoryKv, clock: ManualClock,
+                   ) -> tuple[KvLeaseAllocator, WorkerLease, list[tuple[str, str]]]:
+    """A new allocator on ``server`` watched (``pushes``) before it acquired its lease."""
+    a = make(server, clock)
+    pushed = pushes(a)
+    return a, a.acquire(req()), pushed
+
+
+def pushes(a: KvLeaseAllocator) -> list[tuple[str, str]]:
+    """What ``a`` pushes to its watcher, ``(kind, reason)``, from now on."""
+    pushed: list[tuple[str, str]] = []
+    a.watch(lambda kind, reason: pushed.append((kind, reason)))
+    return pushed
+
+
 def record(server: MemoryKv, wid: int) -> dict:
     return json.loads(server.nodes[f"/flakekit/t/workers/{wid}"].data)
 
@@ -54,8 +81,7 @@ def store(alloc: KvLeaseAllocator) -> MemoryKvClient:
 
 
 class TestClaims:
-    def test_lowest_free_id_and_epoch_per_claim(self, clock):
-        server = MemoryKv(clock)
+    def test_lowest_free_id_and_epoch_per_claim(self, clock, server):
         allocs = [make(server, clock) for _ in range(3)]
         leases = [a.acquire(req()) for a in allocs]
         assert [x.worker_id for x in leases] == [0, 1, 2]
@@ -67,8 +93,7 @@ class TestClaims:
         assert (again.worker_id, again.epoch) == (1, 2)
         assert again.not_before_ns == leases[1].not_before_ns or again.not_before_ns > 0
 
-    def test_quarantine_after_a_clean_release(self, clock):
-        server = MemoryKv(clock)
+    def test_quarantine_after_a_clean_release(self, clock, server):
         a = make(server, clock, quarantine_s=30)
         first = a.acquire(req())
         a.release(first, clock.time_ns())
@@ -83,11 +108,10 @@ class TestClaims:
         lease = make(server, clock, quarantine_s=30).acquire(req())
         assert (lease.worker_id, lease.epoch) == (0, 2)
 
-    def test_a_crashed_holder_is_waited_out_for_lease_plus_quarantine(self, clock):
+    def test_a_crashed_holder_is_waited_out_for_lease_plus_quarantine(self, clock, server):
         """No release: the claim goes with the session (TTL); the id stays unclaimable
         until mtime + lease + quarantine, and the successor waits past the holder's mark
         (its clock + the lease at the last heartbeat)."""
-        server = MemoryKv(clock)
         a = make(server, clock, quarantine_s=5)
         lease = a.acquire(req())
         mark_ms = record(server, 0)["issued_until"]
@@ -106,8 +130,7 @@ class TestClaims:
         assert (c.worker_id, c.epoch) == (0, 2)
         assert c.not_before_ns == mark_ms * 1_000_000   # wait past what 0 could have stamped
 
-    def test_exhausted_never_takes_a_live_or_quarantined_id(self, clock):
-        server = MemoryKv(clock)
+    def test_exhausted_never_takes_a_live_or_quarantined_id(self, clock, server):
         hook = Hook()
         make(server, clock).acquire(req(1))
         b = make(server, clock, quarantine_s=60)
@@ -118,10 +141,9 @@ class TestClaims:
         assert hook.alerts and hook.alerts[0][0] == "workers-exhausted"
         assert store(c).state == "closed"   # a failed acquire keeps no session
 
-    def test_a_race_lost_on_the_claim_rescans(self, clock):
+    def test_a_race_lost_on_the_claim_rescans(self, clock, server):
         """Between the scan and the claim another process claims the id: the
         create-if-absent fails, the next scan takes the next id."""
-        server = MemoryKv(clock)
         a, b = make(server, clock), make(server, clock)
         fired = []
 
@@ -136,11 +158,9 @@ class TestClaims:
 
 
 class TestRenew:
-    def test_deadline_from_the_send_time_of_the_renewal(self, clock):
+    def test_deadline_from_the_send_time_of_the_renewal(self, clock, server):
         """A reply that takes 0.4 s: the deadline counts from before the request."""
-        server = MemoryKv(clock)
-        a = make(server, clock)
-        lease = a.acquire(req())
+        a, lease = holder(server, clock)
         clock.advance(0.5)
         sent = clock.monotonic_ns()
         store(a).during_call = lambda: clock.advance(0.1)   # four calls: 0.4 s
@@ -148,12 +168,8 @@ class TestRenew:
         assert new.deadline_ns == sent + 1500 * 10**6
         assert new.stamp_until_ns >= lease.stamp_until_ns
 
-    def test_suspended_is_not_lost_and_the_same_session_comes_back(self, clock):
-        server = MemoryKv(clock)
-        a = make(server, clock)
-        pushed: list[tuple[str, str]] = []
-        a.watch(lambda kind, reason: pushed.append((kind, reason)))
-        lease = a.acquire(req())
+    def test_suspended_is_not_lost_and_the_same_session_comes_back(self, clock, server):
+        a, lease, pushed = watched_holder(server, clock)
         store(a).suspend()
         with pytest.raises(BackendError, match="SUSPENDED"):
             a.renew(lease, 0)
@@ -163,12 +179,8 @@ class TestRenew:
         assert a.renew(lease, 0).deadline_ns > lease.deadline_ns
         assert not [k for k, _ in pushed if k == "lost"]
 
-    def test_session_expiry_is_pushed_as_lost(self, clock):
-        server = MemoryKv(clock)
-        a = make(server, clock)
-        pushed: list[tuple[str, str]] = []
-        a.watch(lambda kind, reason: pushed.append((kind, reason)))
-        lease = a.acquire(req())
+    def test_session_expiry_is_pushed_as_lost(self, clock, server):
+        a, lease, pushed = watched_holder(server, clock)
         store(a).suspend()
         clock.advance(2.5)               # past the TTL while disconnected
         store(a).resume()
@@ -176,28 +188,22 @@ class TestRenew:
         with pytest.raises(LeaseLostError):
             a.renew(lease, 0)
 
-    def test_claim_gone_is_lost_not_retryable(self, clock):
-        server = MemoryKv(clock)
-        a = make(server, clock)
-        lease = a.acquire(req())
+    def test_claim_gone_is_lost_not_retryable(self, clock, server):
+        a, lease = holder(server, clock)
         del server.nodes["/flakekit/t/claims/0"]
         with pytest.raises(LeaseLostError, match="gone"):
             a.renew(lease, 0)
 
-    def test_claim_of_another_session_is_lost(self, clock):
-        server = MemoryKv(clock)
-        a = make(server, clock)
-        lease = a.acquire(req())
+    def test_claim_of_another_session_is_lost(self, clock, server):
+        a, lease = holder(server, clock)
         server.nodes["/flakekit/t/claims/0"].owner = 0x999
         with pytest.raises(LeaseLostError, match="another session"):
             a.renew(lease, 0)
 
-    def test_a_heartbeat_that_landed_late_is_still_ours(self, clock):
+    def test_a_heartbeat_that_landed_late_is_still_ours(self, clock, server):
         """The record's version moved under us by our own (timed-out) heartbeat: the
         renewal re-reads it and goes on; a record of another epoch means lost."""
-        server = MemoryKv(clock)
-        a = make(server, clock)
-        lease = a.acquire(req())
+        a, lease = holder(server, clock)
         key = "/flakekit/t/workers/0"
         node = server.nodes[key]
         server.apply([_put(key, node.data, node.version)], 0)   # our own late write
@@ -208,11 +214,9 @@ class TestRenew:
         with pytest.raises(LeaseLostError, match="changed hands"):
             a.renew(lease, 0)
 
-    def test_a_deposed_holders_release_is_fenced(self, clock):
+    def test_a_deposed_holders_release_is_fenced(self, clock, server):
         """A holder whose record moved on (a newer claim) cannot write its release."""
-        server = MemoryKv(clock)
-        a = make(server, clock)
-        lease = a.acquire(req())
+        a, lease = holder(server, clock)
         key = "/flakekit/t/workers/0"
         node = server.nodes[key]
         newer = json.loads(node.data) | {"epoch": 2, "holder": "other"}
@@ -250,8 +254,7 @@ class TestEtcdStyle:
 
     def test_only_keepalive_keeps_the_lease(self, clock):
         server = MemoryKv(clock, style="etcd")
-        a = make(server, clock)
-        lease = a.acquire(req())
+        a, lease = holder(server, clock)
         for _ in range(5):
             clock.advance(0.6)
             lease = a.renew(lease, clock.time_ns())

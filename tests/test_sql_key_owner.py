@@ -7,45 +7,39 @@ values at the column edges, and Leaf mode (no claim) unchanged."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from flakekit.cluster.membership import KeyClaim, KeyFence
 from flakekit.errors import BackendError, FenceError, SegmentRowError
 from flakekit.sql import schema
-from flakekit.sql.backends import BackendPool, BackendSettings
 from flakekit.sql.leaf import MAX_ID, SqlSegmentStore
-from flakekit.sql.transactions import write_transaction
 from flakekit.testing import in_threads, proxied
+from flakekit.testing.sql_peers import peer_holding, pool_fixture  # noqa: F401
 
 NS = 1_000_000_000
 MAX_EPOCH = 2**63 - 1
 
 
-@pytest.fixture
-def pool(db_url) -> Iterator[Callable[..., Engine]]:
-    """``pool(**limits)``: an engine through BackendPool (flakekit's session limits)."""
-    made: list[BackendPool] = []
-
-    def engine(url: str | None = None, **limits: int) -> Engine:
-        made.append(BackendPool({"b": BackendSettings(url or db_url, **limits)}))
-        return made[-1].engine("b")
-
-    yield engine
-    for p in made:
-        p.dispose()
-
-
-@pytest.fixture
-def store(pool) -> SqlSegmentStore:
-    engine = pool()
+def store_on(engine: Engine) -> SqlSegmentStore:
+    """A store on ``engine`` with the cluster tables and key ``k`` (step 100)."""
     schema.upgrade_schema(engine, "cluster")
     made = SqlSegmentStore(engine)
     made.create("k", 100)
     return made
+
+
+def claimed(store: SqlSegmentStore) -> KeyClaim:
+    """Node ``a``'s claim on ``k`` at epoch 1, made."""
+    claim = KeyClaim("k", "a", 1)
+    assert store.claim_key(claim, waited=False)
+    return claim
+
+
+@pytest.fixture
+def store(pool) -> SqlSegmentStore:
+    return store_on(pool())
 
 
 def max_id(store: SqlSegmentStore, key: str = "k") -> int:
@@ -64,8 +58,7 @@ class TestClaims:
     def test_claim_fetch_release(self, store):
         """A first claim creates the owner row; fenced fetches advance max_id; release
         marks the row released (fenced: a second release of the same claim is True)."""
-        a = KeyClaim("k", "a", 1)
-        assert store.claim_key(a, waited=False)
+        a = claimed(store)
         assert owner(store) == ("a", 1, False)
         assert store.key_owners()[0].claimed_at_ms > 0
         assert store.fetch("k", claim=a).max_id == 101
@@ -165,8 +158,7 @@ class TestFence:
         assert store.fetch("k", claim=b).start == 101
 
     def test_a_released_claim_cannot_fetch(self, store):
-        a = KeyClaim("k", "a", 1)
-        assert store.claim_key(a, waited=False)
+        a = claimed(store)
         seg = store.fetch("k", claim=a)
         assert store.release_key(a)
         with pytest.raises(FenceError, match="released"):
@@ -175,8 +167,7 @@ class TestFence:
         assert max_id(store) == seg.max_id
 
     def test_the_owner_gives_back_its_tail(self, store):
-        a = KeyClaim("k", "a", 1)
-        assert store.claim_key(a, waited=False)
+        a = claimed(store)
         seg = store.fetch("k", claim=a)
         assert store.give_back("k", seg.max_id, seg.start + 10, claim=a)
         assert max_id(store) == seg.start + 10
@@ -233,23 +224,7 @@ class TestEdges:
         assert owner(store, "top") == ("a", 1, False)
 
 
-def _hold_owner_row(engine: Engine, key: str, ready: threading.Event,
-                    done: threading.Event) -> threading.Thread:
-    """A peer inside a fenced fetch that stopped: its transaction holds the key's owner
-    row (SQLite: the database's write lock) until ``done``."""
-    lock = "" if engine.dialect.name == "sqlite" else " FOR UPDATE"
-
-    def run() -> None:
-        with write_transaction(engine) as conn:
-            conn.execute(text(f"SELECT owner_node FROM flakekit_key_owner WHERE biz_tag = "
-                              f":k{lock}"), {"k": key})
-            ready.set()
-            done.wait(60)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(30)
-    return thread
+OWNER_ROW = "SELECT owner_node FROM flakekit_key_owner WHERE biz_tag = :k"
 
 
 class TestStuckPeer:
@@ -257,19 +232,13 @@ class TestStuckPeer:
         """While a peer sits inside a fenced fetch transaction, a fetch of the key with
         lock_timeout 1 s fails with one BackendError and moves nothing; once the peer's
         transaction ends, the fetch goes through."""
-        claim = KeyClaim("k", "a", 1)
-        assert store.claim_key(claim, waited=False)
+        claim = claimed(store)
         impatient = SqlSegmentStore(pool(lock_timeout=NS))
-        ready, done = threading.Event(), threading.Event()
-        peer = _hold_owner_row(pool(), "k", ready, done)
-        try:
+        with peer_holding(pool(), OWNER_ROW, k="k"):
             with pytest.raises(BackendError) as caught:
                 impatient.fetch("k", claim=claim)
             assert "\n" not in str(caught.value)
             assert max_id(store) == 1
-        finally:
-            done.set()
-            peer.join(30)
         assert impatient.fetch("k", claim=claim).max_id == 101
 
 
@@ -285,12 +254,8 @@ def test_a_peer_partitioned_inside_a_fenced_fetch(db_url, pool, tcp_proxy):
     from sqlalchemy.engine import make_url
 
     port = make_url(db_url).port or (5432 if db_url.startswith("postgresql") else 3306)
-    direct = pool()
-    schema.upgrade_schema(direct, "cluster")
-    store = SqlSegmentStore(direct)
-    store.create("k", 100)
-    claim = KeyClaim("k", "a", 1)
-    assert store.claim_key(claim, waited=False)
+    store = store_on(pool())
+    claim = claimed(store)
     proxy = tcp_proxy(port)
     stuck = SqlSegmentStore(pool(proxied(db_url, proxy)))
     stuck.fetch("k", claim=claim)  # warm: the connection is open  -> [1, 101)
@@ -325,19 +290,10 @@ def test_an_autocommit_engine_still_holds_the_fence_lock(db_url, pool):
 
     auto = create_engine(db_url, isolation_level="AUTOCOMMIT")
     try:
-        schema.upgrade_schema(auto, "cluster")
-        store = SqlSegmentStore(auto)
-        store.create("k", 100)
-        claim = KeyClaim("k", "a", 1)
-        assert store.claim_key(claim, waited=False)
-        ready, done = threading.Event(), threading.Event()
-        peer = _hold_owner_row(auto, "k", ready, done)
-        try:
-            with pytest.raises(BackendError):
-                SqlSegmentStore(pool(lock_timeout=NS)).fetch("k", claim=claim)
-        finally:
-            done.set()
-            peer.join(30)
+        store = store_on(auto)
+        claim = claimed(store)
+        with peer_holding(auto, OWNER_ROW, k="k"), pytest.raises(BackendError):
+            SqlSegmentStore(pool(lock_timeout=NS)).fetch("k", claim=claim)
         assert store.fetch("k", claim=claim).max_id == 101
     finally:
         auto.dispose()

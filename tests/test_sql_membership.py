@@ -4,9 +4,7 @@ deadlines from the send time, bounded waits on a stuck peer, values at the colum
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,30 +15,15 @@ from sqlalchemy.engine import Engine
 from flakekit.cluster.membership import JoinRequest, MemberLease
 from flakekit.errors import BackendError, SchemaError
 from flakekit.sql import schema
-from flakekit.sql.backends import BackendPool, BackendSettings
 from flakekit.sql.leaf import LEAF_MYSQL_DDL, SqlSegmentStore
 from flakekit.sql.membership import SqlMembership
-from flakekit.sql.transactions import write_transaction
 from flakekit.testing import ManualClock, MembershipContract, age_rows
+from flakekit.testing.contract_clock import OnManualClock
+from flakekit.testing.sql_peers import peer_holding, pool_fixture  # noqa: F401
 from flakekit.values.cluster import Member
 
 NS = 1_000_000_000
 LEASE_S = 10.0
-
-
-@pytest.fixture
-def pool(db_url) -> Iterator[Callable[..., Engine]]:
-    """``pool(**limits)``: an engine on the test database through BackendPool (the
-    session limits flakekit sets on every connection); disposed afterwards."""
-    made: list[BackendPool] = []
-
-    def engine(**limits: int) -> Engine:
-        made.append(BackendPool({"b": BackendSettings(db_url, **limits)}))
-        return made[-1].engine("b")
-
-    yield engine
-    for p in made:
-        p.dispose()
 
 
 @pytest.fixture
@@ -58,7 +41,7 @@ def _expire(engine: Engine, cluster: str, node: str, seconds: float = LEASE_S + 
              c=cluster, n=node)
 
 
-class TestSqlMembershipContract(MembershipContract):
+class TestSqlMembershipContract(OnManualClock, MembershipContract):
     """Each membership made here is another process on the same database; they share a
     ManualClock for deadlines (the lease itself runs on the database clock)."""
 
@@ -69,12 +52,14 @@ class TestSqlMembershipContract(MembershipContract):
         return lambda: closing(SqlMembership(engine, clock, create_schema=True))
 
     @pytest.fixture
-    def monotonic_ns(self, clock):
-        return clock.monotonic_ns
+    def make_with_safety_window(self, engine, clock, closing):
+        return lambda window_ns: closing(SqlMembership(engine, clock, create_schema=True,
+                                                       safety_window_ns=window_ns))
 
     @pytest.fixture
-    def pass_time(self, clock):
-        return clock.advance
+    def membership_process(self, engine, db_url):
+        schema.upgrade_schema(engine, "cluster")
+        return "flakekit.testing.membership_joiner:sql_membership", [db_url], {}
 
     @pytest.fixture
     def expire(self, engine):
@@ -227,22 +212,7 @@ class TestLease:
 
 
 # -- bounded waits -----------------------------------------------------------------------------
-def _hold_member_row(engine: Engine, cluster: str, node: str, ready: threading.Event,
-                     done: threading.Event) -> threading.Thread:
-    """A peer stuck inside a transaction that holds ``node``'s member row (SQLite: the
-    database's write lock), until ``done`` is set."""
-    def run() -> None:
-        with write_transaction(engine) as conn:
-            conn.execute(text("SELECT node FROM flakekit_members WHERE cluster = :c AND "
-                              "node = :n" + ("" if engine.dialect.name == "sqlite"
-                                             else " FOR UPDATE")), {"c": cluster, "n": node})
-            ready.set()
-            done.wait(60)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(30)
-    return thread
+MEMBER_ROW = "SELECT node FROM flakekit_members WHERE cluster = :c AND node = :n"
 
 
 class TestBoundedWaits:
@@ -255,17 +225,12 @@ class TestBoundedWaits:
         membership = SqlMembership(engine, clock, create_schema=True, lock_retry_s=2.0)
         lease = join(membership)
         membership.release(lease, 0)
-        ready, done = threading.Event(), threading.Event()
-        holder = _hold_member_row(pool(), "c", "n1", ready, done)
-        try:
+        with peer_holding(pool(), MEMBER_ROW, c="c", n="n1"):
             with pytest.raises(BackendError) as caught:
                 join(membership)
             assert "\n" not in str(caught.value)
             if not db_url.startswith("sqlite"):  # row locks: only that node's row waits
                 join(membership, node="n2")
-        finally:
-            done.set()
-            holder.join(30)
         assert join(membership).epoch == lease.epoch + 1
 
     def test_a_renewal_behind_a_stuck_peer_fails_in_bounded_time(self, pool, clock):
@@ -274,14 +239,9 @@ class TestBoundedWaits:
         engine = pool(lock_timeout=NS)
         membership = SqlMembership(engine, clock, create_schema=True)
         lease = join(membership)
-        ready, done = threading.Event(), threading.Event()
-        holder = _hold_member_row(pool(), "c", "n1", ready, done)
-        try:
-            with pytest.raises(BackendError, match="renewing"):
-                membership.renew(lease, 0)
-        finally:
-            done.set()
-            holder.join(30)
+        with peer_holding(pool(), MEMBER_ROW, c="c", n="n1"), \
+                pytest.raises(BackendError, match="renewing"):
+            membership.renew(lease, 0)
         assert membership.renew(lease, 0).epoch == lease.epoch
 
 

@@ -187,3 +187,80 @@ def pause_past_the_lease(config: Path, name: str) -> PausedHolderRun:
           f"after the pause; A refused {(err_at - resumed_at) / 1e6:.1f} ms after SIGCONT; "
           f"{len(a_ids)} + {len(b_ids)} IDs, no duplicate")
     return run
+
+
+def generator_over(make_allocator: Any, name: str, layout: str | BitLayout = "snowflake", *,
+                   clock: Any = None, events: Any = None, on_lease_lost: str = "stop",
+                   **settings: Any) -> Any:
+    """A SnowflakeGenerator named ``name`` on the allocator
+    ``make_allocator(name, clock=..., events=..., **settings)`` makes (a plugin's test
+    helper), both on one clock (monotonic by default) and one Events."""
+    from flakekit.values.clock import MonotonicClock
+    from flakekit.values.events import Events
+
+    clock = clock or MonotonicClock()
+    events = events or Events()
+    return snowflake_over(make_allocator(name, clock=clock, events=events, **settings), name,
+                          layout, clock=clock, events=events, on_lease_lost=on_lease_lost)
+
+
+@attrs.define(eq=False)
+class IssuingThread:
+    """A daemon thread calling ``gen.next_id()`` every ``pause_s`` until ``stop()``:
+    ``ids`` holds ``(id, monotonic ns before the call)``, ``errors`` ``(monotonic ns
+    before, the FlakekitError)``; after an error it rests ``error_pause_s``, and after a
+    LeaseLostError it calls ``gen.restart()`` when ``restart_on_lost`` (resting 0.05 s
+    if that fails too). The drills' way to watch a generator through a fault."""
+
+    gen: Any
+    restart_on_lost: bool = attrs.field(default=False, kw_only=True)
+    pause_s: float = attrs.field(default=0.001, kw_only=True)
+    error_pause_s: float = attrs.field(default=0.0, kw_only=True)
+    ids: list[tuple[int, int]] = attrs.field(factory=list, init=False)
+    errors: list[tuple[int, BaseException]] = attrs.field(factory=list, init=False)
+    _stop: Any = attrs.field(init=False)
+    _thread: Any = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="issuing")
+
+    def _run(self) -> None:
+        from flakekit.errors import FlakekitError, LeaseLostError
+
+        while not self._stop.is_set():
+            before = time.monotonic_ns()
+            try:
+                self.ids.append((self.gen.next_id(), before))
+            except FlakekitError as exc:
+                self.errors.append((before, exc))
+                if self.restart_on_lost and isinstance(exc, LeaseLostError):
+                    try:
+                        self.gen.restart()
+                    except FlakekitError:
+                        time.sleep(0.05)
+                elif self.error_pause_s:
+                    time.sleep(self.error_pause_s)
+            time.sleep(self.pause_s)
+
+    def start(self) -> IssuingThread:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+
+def pause_beside(holder: Any, config: Path, name: str) -> PausedHolderRun:
+    """:func:`pause_past_the_lease` while ``holder`` (a generator in this process on the
+    tiny layout) holds worker 0, so the two drill processes must share worker 1; the
+    holder is closed afterwards."""
+    holder.start()
+    try:
+        return pause_past_the_lease(config, name)
+    finally:
+        holder.close()

@@ -13,7 +13,10 @@ the same backend (another process, as the store sees it); the fixture closes wha
 made. Every test uses a cluster name of its own (the ``cluster`` fixture). Optional
 fixtures: ``monotonic_ns`` and ``pass_time`` (the memberships' clock, when the binding
 controls it) and ``expire(cluster, lease)``: make the store treat ``lease`` as lapsed,
-as after a crash of its holder (without it the take-over tests are skipped).
+as after a crash of its holder (without it the take-over tests are skipped);
+``make_with_safety_window(ns)``: a membership configured with that safety window;
+``membership_process``: how another process makes a membership on the same store (the
+race of processes, ``flakekit.testing.membership_joiner``).
 
 Nothing here depends on a particular store: SQL, ZooKeeper and etcd bindings run the
 same tests.
@@ -21,6 +24,9 @@ same tests.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -34,7 +40,7 @@ from flakekit.testing.threads import in_threads
 from flakekit.testing.waiting import wait_until
 from flakekit.values.cluster import Member, View
 
-__all__ = ["MembershipContract"]
+__all__ = ["AddressedMembershipContract", "MembershipContract"]
 
 MakeMembership = Callable[[], Any]
 
@@ -54,6 +60,11 @@ class MembershipContract:
     watch_settle_s: float = 0.0
     #: the address ``make_unreachable`` points at, named by its errors
     unreachable_where: str = "127.0.0.1:1"
+    #: the version (renewal counter) of a member record right after its join, where the
+    #: store promises one (None: only its moves are checked)
+    first_version: int | None = None
+    #: a drain mark rewrites the member record and so moves its version too
+    drain_moves_version: bool = False
 
     # -- fixtures a binding may override ----------------------------------------------------
     @pytest.fixture
@@ -81,6 +92,19 @@ class MembershipContract:
     def expire(self) -> Callable[[str, MemberLease], None]:
         """``expire(cluster, lease)``: the store treats ``lease`` as lapsed."""
         pytest.skip("this binding cannot end a lease behind its holder's back")
+
+    @pytest.fixture
+    def make_with_safety_window(self) -> Callable[[int], Any]:
+        """``make_with_safety_window(ns)``: a new membership configured with that safety
+        window (override to run the serve-share test)."""
+        pytest.skip("this binding makes no membership with a configured safety window")
+
+    @pytest.fixture
+    def membership_process(self) -> tuple[str, list[Any], dict[str, Any]]:
+        """``(factory, args, kwargs)``: how another process makes a membership on this
+        store, ``factory`` (``module:name``) called with ``*args, clock, **kwargs``, JSON
+        values (override to run the race of processes)."""
+        pytest.skip("this binding cannot make its membership in another process")
 
     # -- helpers ----------------------------------------------------------------------------
     def request(self, cluster: str, node: str = "n1", weight: int = 1) -> JoinRequest:
@@ -215,6 +239,31 @@ class MembershipContract:
         assert renewed.epoch == new.epoch
         assert self.info(second, cluster, "n1").holder == new.holder
 
+    @pytest.mark.slow
+    def test_processes_joining_one_node_at_once_admit_one(
+            self, membership_process: tuple[str, list[Any], dict[str, Any]],
+            cluster: str) -> None:
+        """Three processes join node ``n1`` at the same instant: exactly one joins, the
+        others are refused with one BackendError line naming the live holder."""
+        factory, args, kwargs = membership_process
+        start_at = time.time() + 3.0
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "flakekit.testing.membership_joiner", factory,
+             json.dumps(args), json.dumps(kwargs), cluster, str(start_at)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(3)]
+        errors: list[str] = []
+        try:
+            lines = [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
+        finally:
+            for p in procs:
+                errors.append(p.communicate(input="", timeout=30)[1][-1000:])
+        assert sum(line.startswith("JOINED ") for line in lines) == 1, (lines, errors)
+        refused = [line for line in lines if line.startswith("REFUSED ")]
+        assert len(refused) == 2, (lines, errors)
+        assert all("BackendError" in r and "held by a live process" in r and "|" not in r
+                   for r in refused), refused
+
     # -- members ---------------------------------------------------------------------------
     def test_members_show_states(self, make_membership: MakeMembership, cluster: str) -> None:
         """alive (expires within the lease), draining, left; holder and incarnation."""
@@ -233,6 +282,44 @@ class MembershipContract:
         membership.release(b, 0)
         states = {m.node: m.state for m in membership.members(cluster)}
         assert states == {"a": "alive", "b": "left", "c": "draining"}
+
+    def test_every_renewal_moves_the_member_version(self, make_membership: MakeMembership,
+                                                    cluster: str) -> None:
+        """Where a store reports a version (a renewal counter: what a claimer times a
+        lapse from), every renewal moves it (a drain mark too, where it rewrites the
+        record), also of a draining member, which keeps its mark; the record's
+        fingerprint (holder, incarnation) stays; the renewal after a new view reads its
+        epoch."""
+        m, other = make_membership(), make_membership()
+        lease = m.acquire(self.request(cluster))
+        first = self.info(other, cluster, "n1")
+        if first.version is None:
+            pytest.skip("this store reports no renewal counter")
+        if self.first_version is not None:
+            assert first.version == self.first_version
+        renewed = m.renew(lease, 0)
+        assert self.info(other, cluster, "n1").version == first.version + 1
+        assert other.set_draining(cluster, "n1", True)
+        assert other.propose(cluster, 0, [Member("x")]) is not None
+        again = m.renew(renewed, 0)
+        after = self.info(other, cluster, "n1")
+        moves = 3 if self.drain_moves_version else 2
+        assert after.state == "draining" and after.version == first.version + moves
+        assert after.fingerprint[:2] == first.fingerprint[:2]
+        assert again.view_epoch == 1
+
+    def test_the_deadline_is_within_the_serve_share_whatever_the_window(
+            self, make_with_safety_window: Callable[[int], Any], cluster: str,
+            monotonic_ns: Callable[[], int]) -> None:
+        """Configured with a safety window of 1 ns, a holder's renewed deadline is still
+        at most ``serve_share`` of the lease after the renewal's send (claimers count on
+        it, issue 24)."""
+        m = make_with_safety_window(1)
+        lease = m.acquire(self.request(cluster))
+        renewed = m.renew(lease, 0)   # its send was before now
+        share = getattr(m, "serve_share", 1.0)
+        assert renewed.deadline_ns is not None
+        assert renewed.deadline_ns <= monotonic_ns() + share * lease.ttl * 1e9
 
     def test_lapsed_members_show_as_lapsed(self, make_membership: MakeMembership,
                                            cluster: str,
@@ -448,3 +535,44 @@ class MembershipContract:
         membership.release(membership.acquire(self.request(cluster)), 0)
         membership.close()
         membership.close()
+
+
+class AddressedMembershipContract(MembershipContract):
+    """The binding of a membership reached at an address and kept under a root of the
+    test's own, made as ``factory(address, clock, root=..., **settings)`` (ZooKeeper,
+    etcd): several clients race, the watch calls back, a drain mark rewrites the record.
+
+    The binding names ``factory`` (``module:name``) and ``address_fixture`` (the fixture
+    giving the store's address); the test module provides ``make(**settings)`` (a new
+    membership under the test's root) and ``root``."""
+
+    factory: str = ""
+    address_fixture: str = ""
+    proposers = 4        # several clients on each round of the CAS race
+    race_rounds = 8
+    watch_calls_back = True
+    drain_moves_version = True
+
+    @pytest.fixture
+    def make_membership(self, make: Callable[..., Any]) -> MakeMembership:
+        return make
+
+    @pytest.fixture
+    def make_with_safety_window(self, make: Callable[..., Any]) -> Callable[[int], Any]:
+        return lambda window_ns: make(safety_window_ns=window_ns)
+
+    @pytest.fixture
+    def make_unreachable(self, closing: Callable[[Any], Any]) -> MakeMembership:
+        import importlib
+
+        from flakekit.values.clock import MonotonicClock
+
+        module, _, name = self.factory.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        return lambda: closing(cls(self.unreachable_where, MonotonicClock(),
+                                   connect_timeout_s=0.5))
+
+    @pytest.fixture
+    def membership_process(self, request: pytest.FixtureRequest,
+                           root: str) -> tuple[str, list[Any], dict[str, Any]]:
+        return self.factory, [request.getfixturevalue(self.address_fixture)], {"root": root}

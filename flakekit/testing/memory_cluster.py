@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -191,10 +192,15 @@ class MemoryMembership:
             raise BackendError(f"memory membership of {self.client!r} is closed")
         self.store._check(self.client)
 
-    def acquire(self, request: JoinRequest) -> MemberLease:
-        s = self.store
-        with s._lock:
+    @contextmanager
+    def _checked(self) -> Iterator[MemoryClusterStore]:
+        """The store, locked, once this client may reach it (open, not cut off)."""
+        with self.store._lock:
             self._check()
+            yield self.store
+
+    def acquire(self, request: JoinRequest) -> MemberLease:
+        with self._checked() as s:
             now = s.clock.monotonic_ns()
             key = (request.cluster, request.member.node)
             rec = s._members.get(key)
@@ -218,9 +224,7 @@ class MemoryMembership:
         return None
 
     def renew(self, lease: MemberLease, mark: int) -> MemberLease:
-        s = self.store
-        with s._lock:
-            self._check()
+        with self._checked() as s:
             now = s.clock.monotonic_ns()
             key = self._cluster_of(lease)
             rec = s._members.get(key) if key else None
@@ -235,17 +239,13 @@ class MemoryMembership:
                                 deadline_ns=s._deadline(now, rec.lease_ns))
 
     def release(self, lease: MemberLease, mark: int) -> None:
-        s = self.store
-        with s._lock:
-            self._check()
+        with self._checked() as s:
             key = self._cluster_of(lease)
             if key is not None:
                 s._members[key].left = True
 
     def members(self, cluster: str) -> list[MemberInfo]:
-        s = self.store
-        with s._lock:
-            self._check()
+        with self._checked() as s:
             now = s.clock.monotonic_ns()
             out = []
             for (c, _node), rec in sorted(s._members.items()):
@@ -261,18 +261,14 @@ class MemoryMembership:
             return out
 
     def view(self, cluster: str) -> View:
-        s = self.store
-        with s._lock:
-            self._check()
+        with self._checked() as s:
             return s._view(cluster)
 
     def propose(self, cluster: str, seen_epoch: int, members: Sequence[Member]) -> View | None:
         if isinstance(seen_epoch, bool) or not isinstance(seen_epoch, int) or seen_epoch < 0:
             raise ValueError(f"seen_epoch must be an integer from 0, got {seen_epoch!r}")
         ordered = proposed_members(members, check_key_segment)   # as the real stores vet
-        s = self.store
-        with s._lock:
-            self._check()
+        with self._checked() as s:
             if s._view(cluster).epoch != seen_epoch:
                 return None
             view = View(cluster, seen_epoch + 1, tuple(ordered),
@@ -284,9 +280,7 @@ class MemoryMembership:
         return view
 
     def set_draining(self, cluster: str, node: str, draining: bool) -> bool:
-        s = self.store
-        with s._lock:
-            self._check()
+        with self._checked() as s:
             rec = s._members.get((cluster, node))
             if rec is None or rec.left:   # a member that left has no lease to mark
                 return False
@@ -318,10 +312,15 @@ class MemoryFence:
     def where(self) -> str:
         return "the memory cluster store"
 
+    @contextmanager
+    def _checked(self) -> Iterator[MemoryClusterStore]:
+        """The store, locked, once this client may reach it (not cut off)."""
+        with self.store._lock:
+            self.store._check(self.client)
+            yield self.store
+
     def claim_key(self, claim: KeyClaim, waited: bool) -> bool:
-        s = self.store
-        with s._lock:
-            s._check(self.client)
+        with self._checked() as s:
             row = s._owners.get(claim.key)
             now_ms = s.clock.time_ns() // 1_000_000
             if row is None:
@@ -336,9 +335,7 @@ class MemoryFence:
             return ok
 
     def release_key(self, claim: KeyClaim) -> bool:
-        s = self.store
-        with s._lock:
-            s._check(self.client)
+        with self._checked() as s:
             row = s._owners.get(claim.key)
             if row is None or not self._holds(row, claim):
                 return False
@@ -351,9 +348,7 @@ class MemoryFence:
 
     def fetch(self, key: str, step: int | None = None,
               claim: KeyClaim | None = None) -> MemoryAllocation:
-        s = self.store
-        with s._lock:
-            s._check(self.client)
+        with self._checked() as s:
             row = s._rows.get(key)
             if row is None:
                 raise UnknownKeyError(key)
@@ -372,9 +367,7 @@ class MemoryFence:
 
     def give_back(self, key: str, expected_max_id: int, new_max_id: int,
                   claim: KeyClaim | None = None) -> bool:
-        s = self.store
-        with s._lock:
-            s._check(self.client)
+        with self._checked() as s:
             row = s._rows.get(key)
             if row is None or row.max_id != expected_max_id:
                 return False
@@ -389,9 +382,7 @@ class MemoryFence:
             return True
 
     def key_owners(self) -> list[KeyOwnerRecord]:
-        s = self.store
-        with s._lock:
-            s._check(self.client)
+        with self._checked() as s:
             return [KeyOwnerRecord(k, r.node, r.epoch, r.released, r.claimed_at_ms)
                     for k, r in sorted(s._owners.items())]
 

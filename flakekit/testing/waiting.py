@@ -13,7 +13,7 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["wait_until"]
+__all__ = ["seconds_until_raises", "wait_until"]
 
 
 def wait_until(test: Callable[[], T], timeout: float = 10.0, *, what: str | None = None,
@@ -28,3 +28,19 @@ def wait_until(test: Callable[[], T], timeout: float = 10.0, *, what: str | None
         if time.monotonic() >= end:
             raise AssertionError(f"not within {timeout} s: {what or test}")
         time.sleep(interval)
+
+
+def seconds_until_raises(call: Callable[[], object], error: type[BaseException] | tuple[
+        type[BaseException], ...], since: float, timeout: float, *,
+        interval: float = 0.002) -> float | None:
+    """Call ``call`` every ``interval`` seconds until it raises ``error``; the seconds from
+    ``since`` (a ``time.monotonic()`` reading) to then, or None if it still succeeds
+    ``timeout`` s after ``since``: how long a generator went on issuing after its lease
+    was taken away."""
+    while time.monotonic() - since < timeout:
+        try:
+            call()
+        except error:
+            return time.monotonic() - since
+        time.sleep(interval)
+    return None

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from flakekit.testing.services import read_env, script_service, shared_or_own
+from flakekit.testing.service_fixtures import fresh_name, own_service
+from flakekit.testing.services import read_env, shared_or_own
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -37,17 +37,19 @@ def etcd_endpoints(tmp_path_factory: pytest.TempPathFactory):
         yield endpoints
 
 
-@pytest.fixture(scope="session")
-def etcd_cluster(etcd_endpoints: str, tmp_path_factory: pytest.TempPathFactory):
-    """A 3-member cluster on loopback of this session's own: ``(endpoints, service dir)``
-    (its own service dir, so no other run can stop it mid-drill)."""
-    svc = tmp_path_factory.mktemp("etcd-svc")
-    with script_service(SCRIPT, svc, "cluster-start", "cluster-stop",
-                        "ETCD_CLUSTER_ENDPOINTS") as endpoints:
-        yield endpoints, svc
+etcd_cluster = own_service(
+    "etcd_endpoints", SCRIPT, "cluster-start", "cluster-stop", "ETCD_CLUSTER_ENDPOINTS",
+    doc="A 3-member cluster on loopback of this session's own: ``(endpoints, service dir)``.")
+
+ns = fresh_name("etcd_endpoints",
+                doc="A fresh service name, so tests never see each other's keys (etcd up).")
 
 
 @pytest.fixture
-def ns(etcd_endpoints: str) -> str:
-    """A fresh service name, so tests never see each other's keys (etcd up)."""
-    return f"t{uuid.uuid4().hex[:10]}"
+def root(etcd_endpoints: str, ns: str):
+    """A key root of this test's own (``/{ns}``), its keys deleted afterwards."""
+    from etcdhelpers import etcdctl
+
+    path = f"/{ns}"
+    yield path
+    etcdctl(etcd_endpoints, "del", "--prefix", f"{path}/", check=False)

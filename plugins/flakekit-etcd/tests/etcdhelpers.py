@@ -3,6 +3,7 @@ drill helpers are flakekit.testing.drills'."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ from flakekit_etcd import EtcdSettings, build_etcd_allocator
 
 from flakekit.assembly.context import BuildContext
 from flakekit.generators.snowflake import SnowflakeGenerator
-from flakekit.testing.drills import snowflake_over
+from flakekit.testing.drills import generator_over
 from flakekit.testing.requests import DRILL_HOST, DRILL_PORT
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.events import Events
@@ -32,6 +33,33 @@ def etcdctl(endpoints: str, *args: str, check: bool = True) -> str:
     return out.stdout
 
 
+def compact_history(endpoints: str, noise_key: str) -> None:
+    """50 writes to ``noise_key``, then the whole history compacted (physically) up to
+    the current revision: a watch from an older revision can no longer resume."""
+    for n in range(50):
+        etcdctl(endpoints, "put", noise_key, str(n))
+    rev = json.loads(etcdctl(endpoints, "get", "/", "-w", "json"))["header"]["revision"]
+    etcdctl(endpoints, "compact", str(rev), "--physical")
+
+
+def leader(endpoints: str) -> str:
+    """The endpoint of the cluster's leader (etcdctl endpoint status)."""
+    status = json.loads(etcdctl(endpoints, "endpoint", "status", "-w", "json"))
+    for st in status:
+        if st["Status"]["leader"] == st["Status"]["header"]["member_id"]:
+            return str(st["Endpoint"])
+    raise AssertionError(f"no leader in {status}")
+
+
+def member_pid(svc: Path, endpoint: str) -> int:
+    """The pid of the 3-member cluster's member (scripts/etcd.sh) serving ``endpoint``."""
+    for n in (1, 2, 3):
+        d = svc / "etcd-cluster" / f"m{n}"
+        if (d / "port").read_text().strip() == endpoint.rsplit(":", 1)[1]:
+            return int((d / "etcd.pid").read_text())
+    raise AssertionError(f"no member on {endpoint}")
+
+
 def allocator(service: str, *, clock: Any = None, events: Events | None = None,
               host: str = DRILL_HOST, port: int = DRILL_PORT, **settings: Any) -> Any:
     ctx = BuildContext(service, "generators.t.allocator", None, clock or MonotonicClock(),
@@ -39,10 +67,8 @@ def allocator(service: str, *, clock: Any = None, events: Events | None = None,
     return build_etcd_allocator(EtcdSettings(service=service, **settings), ctx)
 
 
-def generator(service: str, layout: str | BitLayout = "snowflake", *, clock: Any = None,
-              events: Events | None = None, on_lease_lost: str = "stop",
-              **settings: Any) -> SnowflakeGenerator:
-    clock = clock or MonotonicClock()
-    events = events or Events()
-    return snowflake_over(allocator(service, clock=clock, events=events, **settings), service,
-                          layout, clock=clock, events=events, on_lease_lost=on_lease_lost)
+def generator(service: str, layout: str | BitLayout = "snowflake",
+              **kw: Any) -> SnowflakeGenerator:
+    """A SnowflakeGenerator on the allocator ``allocator(service, **kw)`` makes."""
+    gen: SnowflakeGenerator = generator_over(allocator, service, layout, **kw)
+    return gen

@@ -10,9 +10,7 @@ across every hand-off keep no duplicate (I1) and per-key real-time order (I2).""
 
 from __future__ import annotations
 
-import bisect
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -23,11 +21,12 @@ from flakekit_etcd.membership import EtcdMembership
 from flakekit.cluster.membership import lapse_wait_ns
 from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
-from flakekit.errors import ClusterUnavailableError, KeyMovingError, NotOwnerError
+from flakekit.errors import NotOwnerError
 from flakekit.sql import schema
 from flakekit.sql.backends import BackendPool, BackendSettings
 from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.testing import TcpProxy
+from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
 from flakekit.testing.databases import fresh_server_database
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
@@ -65,13 +64,6 @@ def stores(sql_url) -> Iterator[Callable[[], SqlSegmentStore]]:
         pool.dispose()
 
 
-@pytest.fixture
-def root(etcd_endpoints, ns) -> Iterator[str]:
-    path = f"/{ns}"
-    yield path
-    etcdctl(etcd_endpoints, "del", "--prefix", f"{path}/", check=False)
-
-
 class Cluster:
     """Two nodes ``a`` and ``b``; ``proxied`` names the node whose etcd traffic goes
     through a TcpProxy (so a drill can cut it off)."""
@@ -104,7 +96,7 @@ class Cluster:
         return all(len(s["members"]) == 2 and s["epoch"] == st[0]["epoch"] for s in st)
 
     def serving(self, node: str, key: str) -> bool:
-        return self.nodes[node].status()["claims"].get(key, {}).get("state") == "owned"
+        return owns(self.nodes[node], key)
 
     def close(self) -> None:
         for node in self.nodes.values():
@@ -150,20 +142,6 @@ def test_two_nodes_agree_and_each_key_is_served_by_its_owner_only(etcd_endpoints
         left.close()
 
 
-def _check_order(records: list[tuple[int, int, int, str]]) -> None:
-    values = [v for _, _, v, _ in records]
-    assert values and len(values) == len(set(values)), "duplicate IDs (I1)"
-    ends = sorted((e, v) for _, e, v, _ in records)
-    best, top = [], -1
-    for _, v in ends:
-        top = max(top, v)
-        best.append(top)
-    for s, _, v, _ in records:
-        i = bisect.bisect_left(ends, (s, -1))
-        if i:
-            assert v > best[i - 1], "a later request got a smaller ID (I2)"
-
-
 @pytest.mark.slow
 def test_drain_and_a_revoked_cut_off_owner_keep_order(etcd_endpoints, root, ns, stores):
     """Concurrent draws of key ``hot`` through both nodes while: a planned drain moves it
@@ -176,34 +154,13 @@ def test_drain_and_a_revoked_cut_off_owner_keep_order(etcd_endpoints, root, ns, 
     owner = owner_of("hot", both()).node
     other = "b" if owner == "a" else "a"
     c = Cluster(etcd_endpoints, root, ns, stores, proxied=owner).start()
-    records: list[tuple[int, int, int, str]] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def client(i: int) -> None:
-        via = "ab"[i % 2]
-        while not stop.is_set():
-            start = time.perf_counter_ns()
-            try:
-                value, _ = c.nodes[via].next_id("hot")
-            except NotOwnerError as exc:
-                via = exc.owner.node
-                continue
-            except (KeyMovingError, ClusterUnavailableError):
-                via = "b" if via == "a" else "a"
-                time.sleep(0.002)
-                continue
-            end = time.perf_counter_ns()
-            with lock:
-                records.append((start, end, value, via))
-            time.sleep(0.0005)
-
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(4)]
+    clients = DrawingClients(c.nodes, "hot", pause_s=0.0005, moving_pause_s=0.002,
+                             switch_when_moving=True)
+    records = clients.records
     try:
         wait_until(c.agreed, 30)
         wait_until(lambda: c.serving(owner, "hot"), 30)
-        for t in threads:
-            t.start()
+        clients.start()
         time.sleep(0.3)
         # planned: drain the owner, the other takes over in milliseconds; then back
         drained_at = time.monotonic()
@@ -244,12 +201,10 @@ def test_drain_and_a_revoked_cut_off_owner_keep_order(etcd_endpoints, root, ns, 
         wait_until(lambda: c.serving(owner, "hot") or c.serving(other, "hot"), 30)
         time.sleep(0.3)
     finally:
-        stop.set()
-        for t in threads:
-            t.join(10)
+        clients.stop()
         c.close()
-    _check_order(records)
-    by = {n: sum(1 for r in records if r[3] == n) for n in "ab"}
+    check_order(records)
+    by = {n: clients.served_by(n) for n in "ab"}
     print(f"\netcd cluster drill: {len(records)} IDs ({by}); planned hand-off "
           f"{planned_s * 1000:.0f} ms; cut-off owner served {served_on:.2f} s after the "
           f"revoke; key moved {moved_s:.2f} s after it (lease + margin {wait_s:.1f} s)")

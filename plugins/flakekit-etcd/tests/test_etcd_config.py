@@ -19,9 +19,9 @@ from flakekit_etcd.errors import EtcdAuthError, EtcdVersionError
 
 from flakekit.errors import BackendError
 from flakekit.leases.lease import LeaseRequest
-from flakekit.plugin import FieldError
 from flakekit.testing import free_port
 from flakekit.testing.cli import run_cli
+from flakekit.testing.configs import assert_field_error
 from flakekit.testing.services import read_env
 
 
@@ -37,10 +37,7 @@ from flakekit.testing.services import read_env
 ], ids=["ttl-floor", "ttl-whole", "safety", "service", "endpoints", "auth-pair", "root-relative",
         "root-double-slash"])
 def test_settings_checks_raise_field_error(table, field):
-    with pytest.raises(FieldError) as info:
-        EtcdSettings(**table)
-    assert info.value.field == field
-    assert info.value.message.startswith(f"'{field}'")
+    assert_field_error(EtcdSettings, table, field)
 
 
 def _config(tmp_path: Path, table: str) -> Path:

@@ -7,25 +7,27 @@ loss), never about speed; the measured numbers are printed (pytest -s) for the d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
-import threading
 import time
-from pathlib import Path
 
 import pytest
-from etcdhelpers import etcdctl, generator
+from etcdhelpers import compact_history, etcdctl, generator, member_pid
+from etcdhelpers import leader as etcd_leader
 
-from flakekit.errors import FlakekitError, LeaseError
+from flakekit.errors import LeaseError
 from flakekit.testing.drills import (
+    IssuingThread,
     parse_ids,
-    pause_past_the_lease,
+    pause_beside,
     read_until,
     spawn,
     tiny_layout,
     write_config,
 )
+from flakekit.testing.waiting import seconds_until_raises, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -86,30 +88,9 @@ def test_sigstop_past_the_ttl_no_duplicate(tmp_path, etcd_endpoints, ns):
     paused one issues nothing after it resumes, and no ID repeats."""
     cfg = write_config(tmp_path, ns, _table(etcd_endpoints), layout="tiny")
     holder = generator(ns, tiny_layout(), endpoints=etcd_endpoints, ttl="2s", quarantine=0)
-    holder.start()  # takes worker 0, so the two processes must share worker 1
-    try:
-        run = pause_past_the_lease(cfg, ns)
-    finally:
-        holder.close()
+    run = pause_beside(holder, cfg, ns)
     assert int(run.b_lease[2]) > int(run.a_lease[2])         # same id, later epoch
     assert run.claimed_at - run.stopped_at >= 2.0e9          # not before the lease could end
-
-
-def _leader(endpoints: str) -> tuple[str, int]:
-    """(endpoint, member number 1-3) of the cluster's leader."""
-    status = json.loads(etcdctl(endpoints, "endpoint", "status", "-w", "json"))
-    for n, st in enumerate(status, start=1):
-        if st["Status"]["leader"] == st["Status"]["header"]["member_id"]:
-            return st["Endpoint"], n
-    raise AssertionError(f"no leader in {status}")
-
-
-def _member_pid(svc: Path, endpoint: str) -> int:
-    for n in (1, 2, 3):
-        d = svc / "etcd-cluster" / f"m{n}"
-        if (d / "port").read_text().strip() == endpoint.rsplit(":", 1)[1]:
-            return int((d / "etcd.pid").read_text())
-    raise AssertionError(f"no member on {endpoint}")
 
 
 def test_leader_change_no_false_loss(etcd_cluster):
@@ -117,43 +98,27 @@ def test_leader_change_no_false_loss(etcd_cluster):
     client moves to another member, the lease survives the election (no LeaseLostError,
     same id and epoch), IDs keep flowing, and the lease is alive on the new leader."""
     endpoints, svc = etcd_cluster
-    leader, _ = _leader(endpoints)
+    leader = etcd_leader(endpoints)
     ordered = ",".join([leader] + [e for e in endpoints.split(",") if e != leader])
     ns = f"leader{time.time_ns() % 10**9}"
     gen = generator(ns, endpoints=ordered, quarantine=0)
     gen.start()
     lease0 = gen.keeper.lease
-    ids: list[tuple[int, int]] = []
-    errors: list[str] = []
-    stop = threading.Event()
-
-    def issue() -> None:
-        while not stop.is_set():
-            t = time.monotonic_ns()
-            try:
-                ids.append((gen.next_id(), t))
-            except FlakekitError as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-                time.sleep(0.01)
-            time.sleep(0.001)
-
-    thread = threading.Thread(target=issue, daemon=True)
-    thread.start()
+    issuing = IssuingThread(gen, error_pause_s=0.01).start()
+    ids = issuing.ids
     time.sleep(1.0)
     renewals = gen.keeper.renewals
     killed_at = time.monotonic()
-    os.kill(_member_pid(svc, leader), signal.SIGKILL)
+    os.kill(member_pid(svc, leader), signal.SIGKILL)
     recovered = None
-    while time.monotonic() - killed_at < 15:
-        if gen.keeper.renewals > renewals:
-            recovered = time.monotonic() - killed_at
-            break
-        time.sleep(0.01)
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: gen.keeper.renewals > renewals, 15, interval=0.01)
+        recovered = time.monotonic() - killed_at
     time.sleep(1.0)
-    stop.set()
-    thread.join(timeout=5)
+    issuing.stop(timeout=5)
+    errors = [f"{type(exc).__name__}: {exc}" for _, exc in issuing.errors]
     rest = ",".join(e for e in endpoints.split(",") if e != leader)
-    new_leader, _ = _leader(rest)
+    new_leader = etcd_leader(rest)
     lease_now = gen.keeper.lease
     alive = json.loads(etcdctl(rest, "lease", "timetolive",
                                f"{gen.keeper.allocator.store.session_id:x}", "-w", "json"))
@@ -180,26 +145,14 @@ def test_compaction_while_watching_renewals_still_see_the_change(etcd_endpoints,
     gen = generator(ns, endpoints=etcd_endpoints, ttl="3s", quarantine=0, watch=watch)
     gen.start()
     gen.next_id()
-    for n in range(50):
-        etcdctl(etcd_endpoints, "put", f"/flakekit/{ns}/noise", str(n))
-    rev = json.loads(etcdctl(etcd_endpoints, "get", "/", "-w", "json"))["header"]["revision"]
-    etcdctl(etcd_endpoints, "compact", str(rev), "--physical")
+    compact_history(etcd_endpoints, f"/flakekit/{ns}/noise")
     key = f"/flakekit/{ns}/claims/{gen.lease.worker_id}"
     t0 = time.monotonic()
     etcdctl(etcd_endpoints, "del", key)
     etcdctl(etcd_endpoints, "put", key, "someone-else")
-    stopped = None
-    while time.monotonic() - t0 < 5:
-        try:
-            gen.next_id()
-        except LeaseError:
-            stopped = time.monotonic() - t0
-            break
-        time.sleep(0.002)
-    for _ in range(100):   # the keeper revokes first, then records why
-        if gen.keeper.lost is not None:
-            break
-        time.sleep(0.01)
+    stopped = seconds_until_raises(gen.next_id, LeaseError, t0, 5)
+    with contextlib.suppress(AssertionError):   # the keeper revokes first, then records why
+        wait_until(lambda: gen.keeper.lost is not None, 1.0, interval=0.01)
     lost = gen.keeper.lost
     gen.close()
     assert stopped is not None and lost is not None and "claim" in lost, lost

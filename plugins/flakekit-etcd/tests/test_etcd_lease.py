@@ -11,6 +11,7 @@ from etcdhelpers import allocator, etcdctl, generator
 
 from flakekit.errors import LeaseError, LeaseLostError, WorkerExhaustedError
 from flakekit.testing.requests import lease_request as req
+from flakekit.testing.waiting import seconds_until_raises
 
 FAST = {"ttl": "3s", "connect_timeout": "5s"}
 
@@ -137,14 +138,7 @@ class TestRevoked:
         time.sleep(0.2)   # the watch is set up
         t0 = time.monotonic()
         etcdctl(etcd_endpoints, "lease", "revoke", lease_hex(gen.keeper.allocator))
-        stopped = None
-        while time.monotonic() - t0 < 3.0:
-            try:
-                gen.next_id()
-            except LeaseError:
-                stopped = time.monotonic() - t0
-                break
-            time.sleep(0.002)
+        stopped = seconds_until_raises(gen.next_id, LeaseError, t0, 3.0)
         assert stopped is not None, "still issuing 3 s after the revoke"
         record_property("stop_s", round(stopped, 3))
         print(f"revoke -> stop: {stopped:.3f} s (watch={watch})")

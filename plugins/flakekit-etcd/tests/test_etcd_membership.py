@@ -10,9 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -20,19 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from etcdhelpers import SCRIPT, etcdctl
+from etcdhelpers import SCRIPT, compact_history, etcdctl, member_pid
+from etcdhelpers import leader as etcd_leader
 from flakekit_etcd import EtcdMembershipSettings
 from flakekit_etcd.membership import EtcdMembership
 
-from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, MemberTarget
 from flakekit.cluster.membership import JoinRequest, MemberLease
-from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostError
+from flakekit.errors import BackendError, LeaseLostError
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost
-from flakekit.testing import MembershipContract, TcpProxy
-from flakekit.testing.services import read_env
+from flakekit.testing import TcpProxy
+from flakekit.testing.configs import (
+    assert_build_refused,
+    assert_field_error,
+    cluster_table,
+    strict_config,
+)
+from flakekit.testing.membership_contract import AddressedMembershipContract
+from flakekit.testing.services import script_service
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
@@ -57,13 +61,6 @@ def revoke(endpoints: str, lease: int) -> None:
 
 
 @pytest.fixture
-def root(etcd_endpoints, ns) -> Iterator[str]:
-    path = f"/{ns}"
-    yield path
-    etcdctl(etcd_endpoints, "del", "--prefix", f"{path}/", check=False)
-
-
-@pytest.fixture
 def make(etcd_endpoints, root, closing):
     """``make(**kw)``: a new EtcdMembership (its own leases: another process, as etcd
     sees it) under this test's root; closed after the test."""
@@ -81,25 +78,13 @@ def member_key(root: str, cluster: str, node: str) -> str:
     return f"{root}/clusters/{cluster}/members/{node}"
 
 
-class TestEtcdMembershipContract(MembershipContract):
+class TestEtcdMembershipContract(AddressedMembershipContract):
     """Each membership grants its own leases; ``expire`` revokes the holder's lease with
     etcdctl, as if it had run out after a crash."""
 
-    proposers = 4        # several clients on each round of the CAS race
-    race_rounds = 8
-    watch_calls_back = True
+    factory = "flakekit_etcd.membership:EtcdMembership"
+    address_fixture = "etcd_endpoints"
     watch_settle_s = 0.3   # the watch thread creates its watch
-
-    lease_s = 10.0
-
-    @pytest.fixture
-    def make_unreachable(self, closing):
-        return lambda: closing(EtcdMembership(self.unreachable_where, MonotonicClock(),
-                                      connect_timeout_s=0.5))
-
-    @pytest.fixture
-    def make_membership(self, make):
-        return make
 
     @pytest.fixture
     def expire(self, etcd_endpoints, root):
@@ -237,50 +222,6 @@ def test_the_refusal_names_holder_and_lease(make, ns):
     assert "held by a live process" in text and "\n" not in text
 
 
-JOINER = textwrap.dedent("""
-    import sys, time
-    from flakekit.cluster.membership import JoinRequest
-    from flakekit.errors import BackendError
-    from flakekit.values.clock import MonotonicClock
-    from flakekit.values.cluster import Member
-    from flakekit_etcd.membership import EtcdMembership
-
-    endpoints, root, cluster, at = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-    m = EtcdMembership(endpoints, MonotonicClock(), root=root)
-    m.view(cluster)                   # connected before the start line
-    time.sleep(max(0.0, at - time.time()))
-    try:
-        lease = m.acquire(JoinRequest(cluster, Member("n1", "http://x:1"), 4.0))
-        print("JOINED", lease.epoch, flush=True)
-    except BackendError as exc:
-        print("REFUSED", type(exc).__name__, str(exc).replace("\\n", "|"), flush=True)
-    sys.stdin.read()                  # hold the lease until the test is done
-    m.close()
-""")
-
-
-@pytest.mark.slow
-def test_processes_joining_one_node_at_once_admit_one(etcd_endpoints, root, ns):
-    """Three processes join node ``n1`` at the same instant: exactly one joins, the
-    others are refused with one line naming the live holder."""
-    start_at = time.time() + 3.0
-    procs = [subprocess.Popen([sys.executable, "-c", JOINER, etcd_endpoints, root, ns,
-                               str(start_at)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    try:
-        lines = [p.stdout.readline().strip() for p in procs]  # type: ignore[union-attr]
-    finally:
-        for p in procs:
-            p.stdin.close()  # type: ignore[union-attr]
-        for p in procs:
-            p.wait(timeout=30)
-    assert sum(line.startswith("JOINED ") for line in lines) == 1, lines
-    refused = [line for line in lines if line.startswith("REFUSED ")]
-    assert len(refused) == 2, lines
-    assert all("BackendError" in r and "held by a live process" in r and "|" not in r
-               for r in refused), refused
-
-
 # -- the view watch: a hint ---------------------------------------------------------------------
 def test_watch_off_starts_no_watch(make, ns):
     m, other = make(watch=False), make()
@@ -297,13 +238,10 @@ def test_compaction_renewals_still_read_the_new_epoch(make, etcd_endpoints, root
     """The history compacted (physically) under the member's watch, then the view moved
     twice: each renewal reads the newest epoch, with or without the watch."""
     m, other = make(watch=watch), make()
-    lease = m.acquire(request(ns))
+    lease = m.acquire(request(ns, lease_s=10.0))   # outlives 50 etcdctl runs on a busy host
     m.watch_view(ns, lambda: None)
     assert other.propose(ns, 0, [Member("x")]) is not None
-    for n in range(50):
-        etcdctl(etcd_endpoints, "put", f"{root}/noise", str(n))
-    rev = json.loads(etcdctl(etcd_endpoints, "get", "/", "-w", "json"))["header"]["revision"]
-    etcdctl(etcd_endpoints, "compact", str(rev), "--physical")
+    compact_history(etcd_endpoints, f"{root}/noise")
     assert other.propose(ns, 1, [Member("y")]) is not None
     assert m.renew(lease, 0).view_epoch == 2
     assert other.propose(ns, 2, [Member("z")]) is not None
@@ -311,34 +249,13 @@ def test_compaction_renewals_still_read_the_new_epoch(make, etcd_endpoints, root
 
 
 # -- leader change ------------------------------------------------------------------------------
-def _leader(endpoints: str) -> str:
-    status = json.loads(etcdctl(endpoints, "endpoint", "status", "-w", "json"))
-    for st in status:
-        if st["Status"]["leader"] == st["Status"]["header"]["member_id"]:
-            return str(st["Endpoint"])
-    raise AssertionError(f"no leader in {status}")
-
-
-def _member_pid(svc: Path, endpoint: str) -> int:
-    for n in (1, 2, 3):
-        d = svc / "etcd-cluster" / f"m{n}"
-        if (d / "port").read_text().strip() == endpoint.rsplit(":", 1)[1]:
-            return int((d / "etcd.pid").read_text())
-    raise AssertionError(f"no member on {endpoint}")
-
-
 @pytest.fixture
 def own_cluster(etcd_endpoints, tmp_path) -> Iterator[tuple[str, Path]]:
     """A 3-member cluster of this test's own (the drill kills one member)."""
     svc = tmp_path / "svc"
-    env = {**os.environ, "FLAKEKIT_SVC_DIR": str(svc)}
-    subprocess.run(["bash", str(SCRIPT), "cluster-start"], check=True, timeout=300, env=env)
-    try:
-        endpoints = read_env(svc).get("ETCD_CLUSTER_ENDPOINTS", "")
-        assert endpoints
+    with script_service(SCRIPT, svc, "cluster-start", "cluster-stop",
+                        "ETCD_CLUSTER_ENDPOINTS") as endpoints:
         yield endpoints, svc
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "cluster-stop"], check=False, timeout=60, env=env)
 
 
 @pytest.mark.slow
@@ -348,7 +265,7 @@ def test_leader_change_is_no_false_loss(own_cluster):
     no LeaseLostError, the member key alive on the new leader), the deadline never
     lapses, and the view epoch is still read."""
     endpoints, svc = own_cluster
-    leader = _leader(endpoints)
+    leader = etcd_leader(endpoints)
     rest = [e for e in endpoints.split(",") if e != leader]
     m = EtcdMembership(",".join([leader, *rest]), MonotonicClock(), root="/leader-drill")
     target = MemberTarget(lambda reason: None)
@@ -360,7 +277,7 @@ def test_leader_change_is_no_false_loss(own_cluster):
         lease0 = keeper.start(target)
         assert m.propose("c", 0, [lease0.member]) is not None
         killed_at = time.monotonic()
-        os.kill(_member_pid(svc, leader), signal.SIGKILL)
+        os.kill(member_pid(svc, leader), signal.SIGKILL)
         lapsed = False
         recovered = None
         tries = 0
@@ -390,12 +307,7 @@ def test_leader_change_is_no_false_loss(own_cluster):
 
 # -- errors and registration --------------------------------------------------------------------
 def _config(membership: dict[str, Any], lease: str = "10s"):
-    return parse_config({
-        "backends": {"default": {"url": "sqlite:///ids.db"}},
-        "generators": {"orders": {"strategy": "segment", "order": "strict"}},
-        "cluster": {"name": "ids", "advertise": "http://10.0.0.5:8080", "lease": lease,
-                    "membership": membership},
-    })
+    return strict_config(cluster_table(lease=lease, membership=membership))
 
 
 @pytest.fixture
@@ -445,15 +357,13 @@ def test_endpoints_default_to_the_environment(plugin_host, tmp_path, monkeypatch
 def test_bad_settings_fail_in_one_line(plugin_host, tmp_path, monkeypatch, settings, lease,
                                        message):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=message) as caught:
-        build_kit(_config({"type": "etcd", **settings}, lease=lease), plugin_host)
-    assert "\n" not in str(caught.value)
+    assert_build_refused(_config({"type": "etcd", **settings}, lease=lease), plugin_host,
+                         message)
 
 
 def test_settings_cross_checks_name_their_field():
-    with pytest.raises(FieldError) as caught:
-        EtcdMembershipSettings(ttl="4s", safety_window="3s")
-    assert caught.value.field == "safety_window"
+    assert_field_error(EtcdMembershipSettings, {"ttl": "4s", "safety_window": "3s"},
+                       "safety_window", starts="")
 
 
 def test_a_safety_window_over_half_the_granted_ttl_is_refused(make, ns):
@@ -471,23 +381,3 @@ def test_watch_threads_end(make, ns):
     m.close()
     wait_until(lambda: not any(t.name == f"flakekit-etcd-view-{ns}" and t.is_alive()
                                for t in threading.enumerate()), 5)
-
-
-def test_a_renewal_moves_the_member_version_and_reads_the_view_in_the_same_write(make, ns):
-    """Every renewal writes the member key back (``MemberInfo.version`` moves: what a
-    claimer times from its first read), keeping a drain mark and its lease; the
-    holder's deadline is at most ``serve_share`` of the TTL after the renewal's send,
-    whatever safety window was configured (issue 24)."""
-    m, other = make(safety_window_ns=1), make()
-    lease = m.acquire(request(ns, lease_s=3.0))
-    first = other.members(ns)[0]
-    renewed = m.renew(lease, 0)   # its send was before now
-    assert renewed.deadline_ns <= m.clock.monotonic_ns() + m.serve_share * lease.ttl * 1e9
-    assert other.members(ns)[0].version == first.version + 1
-    assert other.set_draining(ns, "n1", True)
-    assert other.propose(ns, 0, [Member("x")]) is not None
-    again = m.renew(renewed, 0)
-    after = other.members(ns)[0]
-    assert after.state == "draining" and after.version == first.version + 3
-    assert after.fingerprint[:2] == first.fingerprint[:2]
-    assert again.view_epoch == 1

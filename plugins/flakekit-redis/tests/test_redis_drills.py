@@ -7,10 +7,8 @@ deadline, a clear refusal instead of counting again from zero), never about spee
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -20,39 +18,14 @@ from redishelpers import RedisServer, seed, store
 
 import flakekit
 from flakekit.errors import FlakekitError
+from flakekit.testing.drills import parse_ids, read_until, spawn, write_config
 
 pytestmark = pytest.mark.slow
 
-WORKER = "flakekit.testing.drill_worker"
-
-
-def _config(tmp: Path, url: str, prefix: str, **extra: str) -> Path:
-    more = "".join(f"\n        {k} = {v}" for k, v in extra.items())
-    path = tmp / "redis.toml"
-    path.write_text(textwrap.dedent(f"""
-        [layouts.tiny]
-        fields = [["time", 41], ["region", 9], ["worker", 1], ["sequence", 12]]
-        unit = "1ms"
-        epoch = "2024-01-01T00:00:00Z"
-
-        [generators.orders]
-        strategy = "snowflake"
-        layout = "tiny"
-
-        [generators.orders.allocator]
-        type = "redis"
-        url = "{url}"
-        prefix = "{prefix}"
-        ttl = "2s"
-        quarantine = "0s"{more}
-    """))
-    return path
-
-
-def _start(config: Path, *args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "FLAKEKIT_HOST": "10.9.8.7", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", WORKER, str(config), "orders", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def _config(tmp: Path, url: str, prefix: str) -> Path:
+    """``tmp/orders.toml``: generator ``orders`` on the tiny layout and a redis allocator."""
+    return write_config(tmp, "orders", f'{{ type = "redis", url = "{url}", prefix = '
+                        f'"{prefix}", ttl = "2s", quarantine = "0s" }}', layout="tiny")
 
 
 def _first(proc: subprocess.Popen[str], tag: str, timeout: float = 30,
@@ -73,7 +46,7 @@ def _first(proc: subprocess.Popen[str], tag: str, timeout: float = 30,
 
 
 def _ids(text: str) -> list[int]:
-    return [int(line.split()[1]) for line in text.splitlines() if line.startswith("ID ")]
+    return [i for i, _ in parse_ids(text)]
 
 
 def _deadlines(text: str) -> list[int]:
@@ -91,13 +64,13 @@ def test_kill_9_of_a_holder_no_second_holder_before_its_deadline(tmp_path, redis
     other = kit.get("orders")
     other.start()          # holds worker 0: the two processes must share worker 1
     try:
-        a = _start(cfg, "--tolerate")
-        a_lease = _first(a, "LEASE")
+        a = spawn(cfg, "orders", "--tolerate")
+        a_lease = read_until(a, "LEASE ").split()
         assert a_lease[1] == "1"
         time.sleep(1.0)    # a few renewals
         a.kill()
         a_out = a.communicate(timeout=30)[0]
-        b = _start(cfg, "--retry-exhausted", "--seconds", "0.5")
+        b = spawn(cfg, "orders", "--retry-exhausted", "--seconds", "0.5")
         b_out = b.communicate(timeout=60)[0]
     finally:
         kit.close()
@@ -120,7 +93,7 @@ def test_restart_without_data_is_refused_until_reseeded(tmp_path, throwaway_redi
     cfg = _config(tmp_path, url, prefix)
     segs = store(url, prefix, step=100)
     fetched = [segs.fetch("invoices") for _ in range(3)]
-    a = _start(cfg, "--tolerate")
+    a = spawn(cfg, "orders", "--tolerate")
     seen: list[str] = []
     _first(a, "LEASE", seen=seen)
     time.sleep(0.5)
@@ -149,7 +122,7 @@ def test_restart_without_data_is_refused_until_reseeded(tmp_path, throwaway_redi
     segs2.guard.marker_id, segs2.guard.seq = "", 0   # as a process started now
     after = segs2.fetch("invoices")
     assert after.max_id - after.step >= floor
-    c = _start(cfg, "--retry-exhausted", "--seconds", "0.5")
+    c = spawn(cfg, "orders", "--retry-exhausted", "--seconds", "0.5")
     c_out, c_err = c.communicate(timeout=60)
     assert c.returncode == 0, c_err[-2000:]
     ids = _ids(a_out) + _ids(c_out)

@@ -19,6 +19,8 @@ from flakekit.errors import LeaseLostError, UnknownKeyError, WorkerExhaustedErro
 from flakekit.leases.lease import LeaseRequest
 from flakekit.plugin import FieldError
 from flakekit.testing.cli import run_cli
+from flakekit.testing.configs import assert_field_error
+from flakekit.testing.drills import write_config
 
 REQ = LeaseRequest("t", 1023, "", 0)
 
@@ -56,9 +58,7 @@ def _flush(url: str, prefix: str) -> None:
     ({"replicas": -1}, "replicas"),
 ], ids=["scheme", "db", "prefix", "ttl-floor", "safety", "service", "replicas"])
 def test_settings_checks_raise_field_error(table, field):
-    with pytest.raises(FieldError) as info:
-        RedisSettings(**table)
-    assert info.value.field == field
+    assert_field_error(RedisSettings, table, field, starts="")
 
 
 def test_store_step_is_checked():
@@ -261,12 +261,8 @@ def test_a_write_wait_could_not_confirm_is_not_used(redis_url, rprefix):
 
 def test_workers_lists_a_redis_lease(redis_url, rprefix, tmp_path, capsys):
     seed(redis_url, rprefix)
-    cfg = tmp_path / "flakekit.toml"
-    cfg.write_text(textwrap.dedent(f"""
-        [generators.orders]
-        strategy = "snowflake"
-        allocator = {{ type = "redis", url = "{redis_url}", prefix = "{rprefix}" }}
-    """))
+    cfg = write_config(tmp_path, "orders",
+                       f'{{ type = "redis", url = "{redis_url}", prefix = "{rprefix}" }}')
     holder = allocator(redis_url, rprefix, service="orders")
     lease = holder.acquire(REQ)
     code, out, err = run_cli(capsys, "workers", "--config", str(cfg), "--json")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
-from flakekit.testing.services import script_service, shared_or_own
+from flakekit.testing.service_fixtures import fresh_name, own_service
+from flakekit.testing.services import shared_or_own
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -27,23 +27,12 @@ def zk_hosts(tmp_path_factory: pytest.TempPathFactory):
         yield hosts
 
 
-@pytest.fixture(scope="session")
-def zk_ensemble(zk_hosts: str, tmp_path_factory: pytest.TempPathFactory):
-    """A 3-node ensemble on loopback: ``(hosts, service dir)``.
+zk_ensemble = own_service(
+    "zk_hosts", SCRIPT, "ensemble-start", "ensemble-stop", "ZK_ENSEMBLE_HOSTS",
+    doc="A 3-node ensemble on loopback of this session's own: ``(hosts, service dir)``.")
 
-    It gets a service dir of its own, so a `zookeeper.sh stop` from another test run on
-    the same machine cannot take it away mid-drill.
-    """
-    svc = tmp_path_factory.mktemp("zk-svc")
-    with script_service(SCRIPT, svc, "ensemble-start", "ensemble-stop",
-                        "ZK_ENSEMBLE_HOSTS") as hosts:
-        yield hosts, svc
-
-
-@pytest.fixture
-def ns(zk_hosts: str) -> str:
-    """A fresh generator name, so tests never see each other's znodes (ZooKeeper up)."""
-    return f"t{uuid.uuid4().hex[:10]}"
+ns = fresh_name("zk_hosts", doc="A fresh generator name, so tests never see each other's "
+                "znodes (ZooKeeper up).")
 
 
 @pytest.fixture
@@ -56,3 +45,14 @@ def zk(zk_hosts: str):
     yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture
+def root(zk, ns: str):
+    """A root znode of this test's own (``/{ns}``), removed afterwards."""
+    path = f"/{ns}"
+    yield path
+    try:
+        zk.delete(path, recursive=True)
+    except Exception:  # noqa: BLE001 - cleanup only
+        pass

@@ -7,6 +7,7 @@ import pytest
 from flakekit_zookeeper import ZooKeeperSettings
 
 from flakekit.plugin import FieldError
+from flakekit.testing.configs import assert_field_error
 
 
 @pytest.mark.parametrize(("table", "field"), [
@@ -17,10 +18,8 @@ from flakekit.plugin import FieldError
     ({"root": "/snowflake/"}, "root"),
 ], ids=["safety", "session-floor", "name", "ip", "root"])
 def test_config_checks_raise_field_error(table, field):
-    with pytest.raises(FieldError) as info:
-        ZooKeeperSettings(**table)
-    assert info.value.field == field
-    assert info.value.message.startswith(f"'{field}' must")  # the text users saw before
+    assert_field_error(ZooKeeperSettings, table, field,
+                       starts=f"'{field}' must")   # the text users saw before
 
 
 def test_membership_root_must_be_a_path():

@@ -9,15 +9,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
 import time
 
 import pytest
 from zkhelpers import ensemble_pid, ensemble_roles, generator
 
-from flakekit.errors import FlakekitError, LeaseLostError
 from flakekit.testing.drills import (
-    pause_past_the_lease,
+    IssuingThread,
+    pause_beside,
     tiny_layout,
     write_config,
 )
@@ -34,11 +33,7 @@ def test_sigstop_past_session_timeout_no_duplicate(tmp_path, zk_hosts, ns):
     cfg = write_config(tmp_path, ns, table, layout="tiny")
     holder = generator(ns, tiny_layout(), hosts=zk_hosts, session_timeout="2s",
                        safety_window="0.5s", quarantine=0)
-    holder.start()  # takes worker 0, so the two processes must share worker 1
-    try:
-        run = pause_past_the_lease(cfg, ns)
-    finally:
-        holder.close()
+    run = pause_beside(holder, cfg, ns)
     assert int(run.b_lease[2]) == int(run.a_lease[2]) + 1    # same id, epoch + 1
     assert run.claimed_at - run.stopped_at >= 1.0e9          # not before the session could end
 
@@ -74,27 +69,8 @@ def test_leader_loss_no_id_without_session(zk_ensemble, ns):
 
     renewals.append(gen.lease.deadline_ns - lease_ns)
     gen.keeper.allocator = Recording()
-    issued: list[tuple[int, int]] = []
-    errors: list[tuple[int, str]] = []
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.is_set():
-            before = time.monotonic_ns()
-            try:
-                issued.append((gen.next_id(), before))
-            except LeaseLostError:
-                errors.append((before, "lost"))
-                try:
-                    gen.restart()
-                except FlakekitError:
-                    time.sleep(0.05)
-            except FlakekitError as exc:
-                errors.append((before, type(exc).__name__))
-            time.sleep(0.001)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    issuing = IssuingThread(gen, restart_on_lost=True).start()
+    issued, errors = issuing.ids, issuing.errors
     wait_until(lambda: len(issued) > 100, 10, what="IDs before the pause")
     pid = ensemble_pid(svc, leader)
     paused_at = time.monotonic_ns()
@@ -108,8 +84,7 @@ def test_leader_loss_no_id_without_session(zk_ensemble, ns):
     resumed_at = time.monotonic_ns()
     wait_until(lambda: any(r > resumed_at for r in renewals) and issued[-1][1] > resumed_at,
                30, what="IDs after the leader came back")
-    stop.set()
-    thread.join(10)
+    issuing.stop()
     gen.close()
     ids = [i for i, _ in issued]
     assert len(ids) == len(set(ids))

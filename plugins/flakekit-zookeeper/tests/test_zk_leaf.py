@@ -26,6 +26,15 @@ def leaf(ns, tmp_path, **kw):
     return allocator(ns, mode="leaf", connect_timeout="1s", session_timeout="4s", **kw)
 
 
+def ran_once(ns, tmp_path, **kw):
+    """A Leaf-mode allocator that took its id, released it and closed (its znode and
+    cache file stay, as after a clean stop)."""
+    a = leaf(ns, tmp_path, **kw)
+    a.release(a.acquire(req()), (kw.get("clock") or time).time_ns())
+    a.close()
+    return a
+
+
 class TestConfig:
     def test_chosen_by_name_in_config(self, tmp_path, zk_hosts, ns):
         """`allocator = {type = "zookeeper", mode = ...}` builds through the entry point."""
@@ -236,9 +245,7 @@ class TestCache:
     def test_zookeeper_down_and_cache_ahead_of_clock_refuses(self, ns, tmp_path):
         """Cache timestamp later than the clock, ZooKeeper down: refuse (Leaf starts)."""
         clock = ManualClock()
-        a = leaf(ns, tmp_path, clock=clock)
-        a.release(a.acquire(req()), clock.time_ns())
-        a.close()
+        ran_once(ns, tmp_path, clock=clock)
         clock.step(-60)
         b = leaf(ns, tmp_path, clock=clock, hosts=DOWN)
         with pytest.raises(ClockBehindReportError, match="cache file"):
@@ -254,9 +261,7 @@ class TestCache:
 
     def test_cloned_cache_file_is_ignored(self, ns, tmp_path):
         """A cache file copied from another ip:port (a cloned image) is not used."""
-        a = leaf(ns, tmp_path, ip="10.0.0.5")
-        a.release(a.acquire(req()), time.time_ns())
-        a.close()
+        a = ran_once(ns, tmp_path, ip="10.0.0.5")
         b = leaf(ns, tmp_path, hosts=DOWN, ip="10.0.0.6")
         b.cache_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(a.cache_path, b.cache_path)
@@ -285,9 +290,7 @@ class TestCache:
 
     def test_back_online_resumes_reporting(self, zk, zk_hosts, ns, tmp_path):
         """Started from the cache, the reporter finds its znode once ZooKeeper answers."""
-        a = leaf(ns, tmp_path)
-        a.release(a.acquire(req()), time.time_ns())
-        a.close()
+        a = ran_once(ns, tmp_path)
         b = leaf(ns, tmp_path, hosts=DOWN)
         lease = b.acquire(req())
         assert b.source == "cache"
@@ -302,9 +305,7 @@ class TestCache:
         than this host's clock (a clone reported meanwhile): the allocator alerts, fires
         the clock hook and pushes a loss, so the generator stops issuing."""
 
-        a = leaf(ns, tmp_path)
-        a.release(a.acquire(req()), time.time_ns())
-        a.close()
+        a = ran_once(ns, tmp_path)
         rec = EventRecorder()
         b = leaf(ns, tmp_path, hosts=DOWN, events=Events(rec))
         lease = b.acquire(req())

@@ -6,8 +6,7 @@ import json
 import time
 
 import pytest
-from kazoo.client import KazooClient
-from zkhelpers import allocator, generator
+from zkhelpers import allocator, expire_session, generator
 
 from flakekit.errors import (
     ClockMovedBackwardsError,
@@ -18,18 +17,10 @@ from flakekit.errors import (
 from flakekit.testing import EventRecorder
 from flakekit.testing.drills import parse_ids, spawn, write_config
 from flakekit.testing.requests import lease_request as req
+from flakekit.testing.waiting import seconds_until_raises, wait_until
 from flakekit.values.events import Events
 
 FAST = {"session_timeout": "2s", "safety_window": "0.5s", "connect_timeout": "5s"}
-
-
-def expire_session(client: KazooClient, hosts: str) -> None:
-    """Expire a session on the server: a second client with its id and password, closed."""
-    sid, pwd = client.client_id
-    dup = KazooClient(hosts=hosts, client_id=(sid, pwd))
-    dup.start(timeout=10)
-    dup.stop()
-    dup.close()
 
 
 class TestClaims:
@@ -160,18 +151,10 @@ class TestSessionExpiry:
         alloc = gen.keeper.allocator
         t0 = time.monotonic()
         expire_session(alloc._conn.client, zk_hosts)
-        stopped = None
-        while time.monotonic() - t0 < 5:
-            try:
-                gen.next_id()
-            except LeaseError:
-                stopped = time.monotonic() - t0
-                break
-            time.sleep(0.001)
+        stopped = seconds_until_raises(gen.next_id, LeaseError, t0, 5, interval=0.001)
         assert stopped is not None and stopped < 2.0, stopped
-        while gen.keeper.lost is None and time.monotonic() - t0 < 5:
-            time.sleep(0.01)
-        assert gen.keeper.lost is not None
+        wait_until(lambda: gen.keeper.lost is not None, max(0.0, 5 - (time.monotonic() - t0)),
+                   interval=0.01)
         assert "flakekit_lease_lost" in rec.names()
         with pytest.raises(LeaseLostError):
             gen.next_id()

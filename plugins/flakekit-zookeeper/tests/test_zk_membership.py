@@ -6,9 +6,6 @@ one-line errors."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from typing import Any
@@ -16,41 +13,26 @@ from typing import Any
 import pytest
 from flakekit_zookeeper import ZooKeeperMembershipSettings
 from flakekit_zookeeper.membership import ZkMembership
-from kazoo.client import KazooClient
+from zkhelpers import expire_session
 
-from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.membership import JoinRequest, MemberLease
-from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostError
+from flakekit.errors import BackendError, LeaseLostError
 from flakekit.pluginhost.host import PluginHost
-from flakekit.testing import MembershipContract, TcpProxy
+from flakekit.testing import TcpProxy
+from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
+from flakekit.testing.configs import (
+    assert_build_refused,
+    assert_field_error,
+    cluster_table,
+    strict_config,
+)
+from flakekit.testing.membership_contract import AddressedMembershipContract
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
 
 NS = 1_000_000_000
-
-
-def expire_session(client: KazooClient, hosts: str) -> None:
-    """End ``client``'s session on the server (a second client with the same session id
-    and password closes it): its ephemerals go, the client goes LOST, then kazoo opens a
-    new session by itself."""
-    sid, pwd = client.client_id
-    dup = KazooClient(hosts=hosts, client_id=(sid, pwd))
-    dup.start(timeout=10)
-    dup.stop()
-    dup.close()
-
-
-@pytest.fixture
-def root(zk, ns):
-    """A root znode of this test's own, removed afterwards."""
-    path = f"/{ns}"
-    yield path
-    try:
-        zk.delete(path, recursive=True)
-    except Exception:  # noqa: BLE001 - cleanup only
-        pass
 
 
 @pytest.fixture
@@ -77,24 +59,13 @@ def request(cluster: str, node: str = "n1", lease_s: float = 4.0) -> JoinRequest
     return JoinRequest(cluster, Member(node, f"http://{node}.test:8080"), lease_s)
 
 
-class TestZkMembershipContract(MembershipContract):
+class TestZkMembershipContract(AddressedMembershipContract):
     """Each membership is its own ZooKeeper session; ``expire`` ends the holder's session
     on the server, as after a crash."""
 
-    proposers = 4        # several clients on each round of the CAS race
-    race_rounds = 8
-    watch_calls_back = True
-
-    lease_s = 10.0
-
-    @pytest.fixture
-    def make_unreachable(self, closing):
-        return lambda: closing(ZkMembership(self.unreachable_where, MonotonicClock(),
-                                      connect_timeout_s=0.5))
-
-    @pytest.fixture
-    def make_membership(self, make):
-        return make
+    factory = "flakekit_zookeeper.membership:ZkMembership"
+    address_fixture = "zk_hosts"
+    first_version = 0
 
     @pytest.fixture
     def expire(self, made, zk, zk_hosts, root):
@@ -227,49 +198,6 @@ def test_a_renewal_during_a_stall_is_bounded(make, zk_hosts, ns):
         proxy.stop()
 
 
-# -- racing processes and proposers ---------------------------------------------------------
-JOINER = textwrap.dedent("""
-    import sys, time
-    from flakekit_zookeeper.membership import ZkMembership
-    from flakekit.cluster.membership import JoinRequest
-    from flakekit.values.clock import MonotonicClock
-    from flakekit.values.cluster import Member
-    hosts, root, cluster, start_at = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-    m = ZkMembership(hosts, MonotonicClock(), root=root)
-    m.view(cluster)                       # connected before the start line
-    time.sleep(max(0.0, start_at - time.time()))
-    try:
-        lease = m.acquire(JoinRequest(cluster, Member("n1", "http://x:1"), 4.0))
-        print("JOINED", lease.epoch, flush=True)
-    except Exception as exc:
-        print("REFUSED", type(exc).__name__, str(exc).replace(chr(10), "|"), flush=True)
-    sys.stdin.read()                      # hold the session until the test says so
-    m.close()
-""")
-
-
-@pytest.mark.slow
-def test_processes_joining_one_node_at_once_admit_one(zk_hosts, root, ns):
-    """Three processes join node ``n1`` at the same instant: exactly one joins, the
-    others are refused with one line naming the live holder."""
-    start_at = time.time() + 3.0
-    procs = [subprocess.Popen([sys.executable, "-c", JOINER, zk_hosts, root, ns,
-                               str(start_at)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    try:
-        lines = [p.stdout.readline().strip() for p in procs]
-    finally:
-        for p in procs:
-            p.stdin.close()
-        for p in procs:
-            p.wait(timeout=30)
-    assert sum(line.startswith("JOINED ") for line in lines) == 1, lines
-    refused = [line for line in lines if line.startswith("REFUSED ")]
-    assert len(refused) == 2, lines
-    assert all("BackendError" in r and "held by a live process" in r and "|" not in r
-               for r in refused), refused
-
-
 # -- the view watch: a hint ---------------------------------------------------------------------
 def test_a_failing_watch_callback_does_not_stop_renewals(make, ns):
     """A callback that raises is logged; the watch is re-armed and renewals go on."""
@@ -317,12 +245,7 @@ def test_the_watch_is_rearmed_after_a_blip(make, zk_hosts, ns):
 
 # -- errors and registration --------------------------------------------------------------------
 def _config(membership: dict[str, Any]):
-    return parse_config({
-        "backends": {"default": {"url": "sqlite:///ids.db"}},
-        "generators": {"orders": {"strategy": "segment", "order": "strict"}},
-        "cluster": {"name": "ids", "advertise": "http://10.0.0.5:8080",
-                    "membership": membership},
-    })
+    return strict_config(cluster_table(membership=membership))
 
 
 @pytest.fixture
@@ -358,15 +281,13 @@ def test_registered_as_membership_zookeeper(plugin_host, zk_hosts, tmp_path, mon
 ], ids=["session-floor", "safety", "root", "hosts", "typo"])
 def test_bad_settings_fail_in_one_line(plugin_host, tmp_path, monkeypatch, settings, message):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=message) as caught:
-        build_kit(_config({"type": "zookeeper", **settings}), plugin_host)
-    assert "\n" not in str(caught.value)
+    assert_build_refused(_config({"type": "zookeeper", **settings}), plugin_host, message)
 
 
 def test_settings_cross_checks_name_their_field():
-    with pytest.raises(FieldError) as caught:
-        ZooKeeperMembershipSettings(session_timeout="4s", safety_window="3s")
-    assert caught.value.field == "safety_window"
+    assert_field_error(ZooKeeperMembershipSettings,
+                       {"session_timeout": "4s", "safety_window": "3s"}, "safety_window",
+                       starts="")
 
 
 # -- the cluster runtime on ZooKeeper ---------------------------------------------------------
@@ -377,11 +298,8 @@ def test_cluster_nodes_on_zookeeper_hand_off_and_survive_an_expiry(zk_hosts, roo
     back and forth with no duplicate ID (I1) and per-key real-time order (I2); a node
     whose session is expired from outside stops serving, rejoins on a new session, and
     the cluster goes on."""
-    import bisect
-
     from flakekit.cluster.node import ClusterNode
     from flakekit.cluster.settings import ClusterSettings
-    from flakekit.errors import ClusterUnavailableError, KeyMovingError, NotOwnerError
     from flakekit.generators.segment import SegmentSettings
     from flakekit.testing.memory_cluster import MemoryClusterStore
     from flakekit.values.owners import owner_of
@@ -401,75 +319,37 @@ def test_cluster_nodes_on_zookeeper_hand_off_and_survive_an_expiry(zk_hosts, roo
         wait_until(lambda: all(len(n.status()["members"]) == 2 and
                                n.status()["epoch"] == nodes["a"].status()["epoch"]
                                for n in nodes.values()), 20)
-        records: list[tuple[int, int, int]] = []
-        lock = threading.Lock()
-        stop = threading.Event()
-
-        def client(i: int) -> None:
-            via = "ab"[i % 2]
-            while not stop.is_set():
-                start = time.perf_counter_ns()
-                try:
-                    value, _ = nodes[via].next_id("hot")
-                except NotOwnerError as exc:
-                    via = exc.owner.node
-                    continue
-                except (KeyMovingError, ClusterUnavailableError):
-                    time.sleep(0.001)
-                    continue
-                end = time.perf_counter_ns()
-                with lock:
-                    records.append((start, end, value))
-                time.sleep(0.0002)   # keeps the record list small enough to check
-
-        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(4)]
-        for t in threads:
-            t.start()
 
         def served_by(name: str) -> None:
-            wait_until(lambda: nodes[name].status()["claims"].get("hot", {}).get("state")
-                       == "owned", 30)
+            wait_until(lambda: owns(nodes[name], "hot"), 30)
             time.sleep(0.05)
 
         admin = memberships["admin"]
         both = [nodes[n].member for n in "ab"]
         owner = owner_of("hot", both).node
         other = "b" if owner == "a" else "a"
-        for _ in range(2):   # four planned hand-offs
+        with DrawingClients(nodes, "hot", pause_s=0.0002, moving_pause_s=0.001) as clients:
+            for _ in range(2):   # four planned hand-offs
+                served_by(owner)
+                nodes[owner].drain()
+                served_by(other)
+                admin.set_draining(ns, owner, False)
+                admin.propose(ns, admin.view(ns).epoch, both)
             served_by(owner)
-            nodes[owner].drain()
-            served_by(other)
-            admin.set_draining(ns, owner, False)
-            admin.propose(ns, admin.view(ns).epoch, both)
-        served_by(owner)
-        # the owner's session expires behind its back: it learns at its next renewal
-        # (lost), stops, and rejoins on a new session with a new incarnation; whichever
-        # node then owns the key serves it again
-        before = {i.node: i.incarnation for i in admin.members(ns)}
-        expired = memberships[owner].connection.session_id
-        expire_session(memberships[owner].connection.client, zk_hosts)
-        wait_until(lambda: {i.node: i.state for i in admin.members(ns)}.get(owner) == "alive"
-                   and {i.node: i.incarnation for i in admin.members(ns)}[owner]
-                   > before[owner], 30)
-        assert memberships[owner].connection.session_id != expired
-        wait_until(lambda: any(n.status()["claims"].get("hot", {}).get("state") == "owned"
-                               for n in nodes.values()), 30)
-        time.sleep(0.1)
-        stop.set()
-        for t in threads:
-            t.join(10)
-        values = [v for _, _, v in records]
-        assert values and len(values) == len(set(values)), "duplicate IDs"
-        ends = sorted((e, v) for _, e, v in records)
-        best_before, top = [], -1
-        for _, v in ends:
-            top = max(top, v)
-            best_before.append(top)
-        for s, _, v in records:
-            i = bisect.bisect_left(ends, (s, -1))
-            if i:
-                assert v > best_before[i - 1], "a later request got a smaller ID (I2)"
-        print(f"zk cluster drill: {len(values)} IDs, "
+            # the owner's session expires behind its back: it learns at its next renewal
+            # (lost), stops, and rejoins on a new session with a new incarnation; whichever
+            # node then owns the key serves it again
+            before = {i.node: i.incarnation for i in admin.members(ns)}
+            expired = memberships[owner].connection.session_id
+            expire_session(memberships[owner].connection.client, zk_hosts)
+            wait_until(lambda: {i.node: i.state for i in admin.members(ns)}.get(owner)
+                       == "alive" and {i.node: i.incarnation for i in admin.members(ns)}[owner]
+                       > before[owner], 30)
+            assert memberships[owner].connection.session_id != expired
+            wait_until(lambda: any(owns(n, "hot") for n in nodes.values()), 30)
+            time.sleep(0.1)
+        check_order(clients.records)
+        print(f"zk cluster drill: {len(clients.records)} IDs, "
               f"{sum(n.stats()['handoffs'] for n in nodes.values())} hand-offs")
     finally:
         for node in nodes.values():
@@ -490,24 +370,3 @@ def test_a_znode_left_by_a_failed_join_of_ours_is_taken_back(make, root, ns):
     assert m.renew(lease, 0).epoch == lease.epoch
     with pytest.raises(BackendError, match="own session"):
         m.acquire(request(ns))
-
-
-def test_a_renewal_moves_the_member_version_and_reads_the_view_after_it(make, ns):
-    """Every renewal writes the member znode (``MemberInfo.version`` moves: what a
-    claimer times from its first read), even after an operator marked it draining; the
-    holder's deadline is at most ``serve_share`` of the session after the renewal's
-    send, whatever safety window was configured (issue 24)."""
-    m, other = make(safety_window_ns=1), make()
-    lease = m.acquire(request(ns, lease_s=6.0))
-    first = other.members(ns)[0]
-    assert first.version == 0
-    renewed = m.renew(lease, 0)   # its send was before now
-    assert renewed.deadline_ns <= m.clock.monotonic_ns() + m.serve_share * lease.ttl * 1e9
-    assert other.members(ns)[0].version == 1
-    assert other.set_draining(ns, "n1", True)
-    assert other.propose(ns, 0, [Member("x")]) is not None
-    again = m.renew(renewed, 0)
-    after = other.members(ns)[0]
-    assert after.state == "draining" and after.version == 3
-    assert after.fingerprint[:2] == first.fingerprint[:2]
-    assert again.view_epoch == 1

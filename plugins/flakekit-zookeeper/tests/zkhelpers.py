@@ -12,7 +12,7 @@ from flakekit_zookeeper import ZooKeeperSettings, build_zookeeper_allocator
 
 from flakekit.assembly.context import BuildContext
 from flakekit.generators.snowflake import SnowflakeGenerator
-from flakekit.testing.drills import snowflake_over
+from flakekit.testing.drills import generator_over
 from flakekit.testing.requests import DRILL_HOST, DRILL_PORT
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.events import Events
@@ -27,13 +27,24 @@ def allocator(name: str, *, clock: Any = None, events: Events | None = None,
     return build_zookeeper_allocator(ZooKeeperSettings(**settings), ctx)
 
 
-def generator(name: str, layout: str | BitLayout = "snowflake", *, clock: Any = None,
-              events: Events | None = None, on_lease_lost: str = "stop",
-              **settings: Any) -> SnowflakeGenerator:
-    clock = clock or MonotonicClock()
-    events = events or Events()
-    return snowflake_over(allocator(name, clock=clock, events=events, **settings), name,
-                          layout, clock=clock, events=events, on_lease_lost=on_lease_lost)
+def generator(name: str, layout: str | BitLayout = "snowflake",
+              **kw: Any) -> SnowflakeGenerator:
+    """A SnowflakeGenerator on the allocator ``allocator(name, **kw)`` makes."""
+    gen: SnowflakeGenerator = generator_over(allocator, name, layout, **kw)
+    return gen
+
+
+def expire_session(client: Any, hosts: str) -> None:
+    """End a kazoo ``client``'s session on the server (a second client with the same
+    session id and password closes it): its ephemerals go, the client goes LOST, then
+    kazoo opens a new session by itself."""
+    from kazoo.client import KazooClient
+
+    sid, pwd = client.client_id
+    dup = KazooClient(hosts=hosts, client_id=(sid, pwd))
+    dup.start(timeout=10)
+    dup.stop()
+    dup.close()
 
 
 def zk_mode(port: int) -> str:
