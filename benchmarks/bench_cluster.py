@@ -58,6 +58,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from _common import load_average, percentile_ms
+
+from flakekit.testing.requests import http_get
+
 PY = sys.executable
 FLAKEKIT = str(Path(PY).with_name("flakekit"))
 PG_ADMIN = os.environ.get("FLAKEKIT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -109,14 +113,12 @@ def free_port() -> int:
     return free()
 
 
-def http_get(port: int, path: str, timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def answers(port: int, path: str, timeout: float = 5) -> bool:
+    """``GET path`` answered 200 (a refused or dropped connection: False)."""
     try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
+        return http_get(port, path, timeout)[0] == 200
+    except OSError:
+        return False
 
 
 class Node:
@@ -144,11 +146,8 @@ class Node:
             if self.proc.poll() is not None:
                 raise SystemExit(f"node {self.name} exited with {self.proc.returncode}:\n"
                                  + self.log())
-            try:
-                if http_get(self.port, "/api/v1/cluster", 1)[0] == 200:
-                    return
-            except OSError:
-                pass
+            if answers(self.port, "/api/v1/cluster", 1):
+                return
             time.sleep(0.1)
         raise SystemExit(f"node {self.name} did not come up in {timeout} s:\n" + self.log())
 
@@ -207,11 +206,8 @@ def wait_agreed(nodes: list[Node], members: int, timeout: float = 90) -> dict[st
 def wait_serving(node: Node, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if http_get(node.port, f"/api/v1/next/{STRICT_GEN}?count=1")[0] == 200:
-                return
-        except OSError:
-            pass
+        if answers(node.port, f"/api/v1/next/{STRICT_GEN}?count=1"):
+            return
         time.sleep(0.1)
     raise SystemExit(f"owner {node.name} did not serve {STRICT_KEY!r} in {timeout} s")
 
@@ -286,11 +282,6 @@ def _load_proc(spec: dict[str, Any], queue: Any) -> None:
     queue.put({"lat": [x for lst in lats for x in lst], "statuses": dict(total), "cpu": cpu})
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3 if ordered else 0.0
-
-
 def measure(mode: str, count: int, args: argparse.Namespace, nodes: list[Node],
             target: Node) -> dict[str, Any]:
     ctx = multiprocessing.get_context("fork")
@@ -323,7 +314,7 @@ def measure(mode: str, count: int, args: argparse.Namespace, nodes: list[Node],
     return {"mode": mode, "count": count, "requests": len(lat), "ok": ok,
             "non_200": {str(k): v for k, v in statuses.items() if k != 200},
             "rps": ok / args.duration, "ids_per_s": ok * count / args.duration,
-            "p50_ms": pct(lat, 0.50), "p99_ms": pct(lat, 0.99),
+            "p50_ms": percentile_ms(lat, 0.50), "p99_ms": percentile_ms(lat, 0.99),
             "client_cpu": sum(o["cpu"] for o in outs) / args.duration,
             "server_cpu": {k: (cpu1.get(k, 0.0) - v) / args.duration for k, v in cpu0.items()}}
 
@@ -598,6 +589,13 @@ def per_cpu(row: dict[str, Any]) -> float:
 
 def tables(data: dict[str, Any]) -> str:
     rows = data["throughput"]
+    lines = [] if not rows else throughput_tables(data)
+    lines += handoff_table(data)
+    return "\n".join(lines)
+
+
+def throughput_tables(data: dict[str, Any]) -> list[str]:
+    rows = data["throughput"]
     lines = [f"Membership: {data.get('membership', 'sql')}. "
              f"{data['procs']} client processes x {data['threads']} threads (closed loop, "
              f"keep-alive), best of {data['repeats']} x {data['duration']:g} s per row; "
@@ -632,13 +630,17 @@ def tables(data: dict[str, Any]) -> str:
                 f"{base / got[m]['rps']:.2f}" if got[m]["rps"] else "-" for m in modes) + " | "
                 + " | ".join(f"{base_cpu / per_cpu(got[m]):.2f}" if per_cpu(got[m]) else "-"
                              for m in modes) + " |")
-    lines += ["", "Hand-off with clients hammering the key (default lease 10 s, handoff_wait "
-              "2 s):", "",
-              "| hand-off | action | old owner's last / new owner's first answer | longest gap, "
-              "all clients | "
-              "raw HTTP: longest gap | raw HTTP 503s | flakekit.client: longest gap | "
-              "flakekit.client errors | answers | duplicates |",
-              "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    return lines + [""]
+
+
+def handoff_table(data: dict[str, Any]) -> list[str]:
+    lines = [f"Hand-off with clients hammering the key (membership "
+             f"{data.get('membership', 'sql')}, default lease 10 s, handoff_wait 2 s; load "
+             f"average {data['load_before']} before, {data['load_after']} after):", "",
+             "| hand-off | action | old owner's last / new owner's first answer | longest gap, "
+             "all clients | raw HTTP: longest gap | raw HTTP 503s | flakekit.client: longest "
+             "gap | flakekit.client errors | answers | duplicates |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
 
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:,.0f} ms"
@@ -661,7 +663,7 @@ def tables(data: dict[str, Any]) -> str:
     for d in data["handoffs"]:
         for kind, msg in d["client_error_messages"].items():
             lines.append(f"\n{d['drill']}: flakekit.client {kind}, e.g.: `{msg}`")
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:
@@ -683,6 +685,8 @@ def main() -> None:
     parser.add_argument("--wrk", action="store_true", help="only the request path, with wrk: "
                         "strict vs plain key on the owner, forwarded vs direct (ratios)")
     parser.add_argument("--connections", type=int, default=16, help="wrk connections (--wrk)")
+    parser.add_argument("--handoffs-only", action="store_true", help="only the hand-off drills "
+                        "(3 nodes, planned then crash), no throughput rows")
     args = parser.parse_args()
     if args.wrk and shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
@@ -701,7 +705,7 @@ def main() -> None:
     if not listening(pg.port or 5432, pg.host or "127.0.0.1"):
         raise SystemExit(f"PostgreSQL is not listening at {pg.host}:{pg.port} (--pg)")
     tmp = Path(tempfile.mkdtemp(prefix="fk-bench-cluster-"))
-    load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    load_before = load_average()
     started = time.monotonic()
     nodes: list[Node] = []
     try:
@@ -720,16 +724,21 @@ def main() -> None:
                 view = wait_agreed(nodes, 2)
                 wait_serving(next(n for n in nodes if n.name == view["owners"][STRICT_KEY]))
                 best = wrk_rows(args, nodes, view, tmp)
-                load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+                load = load_average()
                 for node in nodes:
                     node.stop()
-                if args.json:
-                    print(json.dumps({"wrk": best, "load": load}, indent=2))
-                else:
-                    print(wrk_table(best, args, load))
+                table = wrk_table(best, args, load)
+                owner, fwd = best["strict, owner"], best["strict, forwarded"]
+                print(json.dumps({
+                    "wrk": best, "load": load, "load_before": load_before,
+                    "duration": args.duration, "repeats": args.repeats,
+                    "connections": args.connections, "table": table,
+                    "strict_over_plain": owner["rps"] / best["plain, owner"]["rps"],
+                    "forwarded_over_direct": fwd["rps"] / owner["rps"]}, indent=2)
+                      if args.json else table)
                 return
             rows: list[dict[str, Any]] = []
-            for members in (2, 3):
+            for members in (3,) if args.handoffs_only else (2, 3):
                 for node in nodes[:members]:
                     if not node.running():
                         node.start()
@@ -738,7 +747,8 @@ def main() -> None:
                 wait_serving(owner)
                 log(f"{members} nodes up, view epoch {view['epoch']}, owner of "
                     f"{STRICT_KEY!r}: {owner.name}")
-                rows += throughput(args, nodes, view)
+                if not args.handoffs_only:
+                    rows += throughput(args, nodes, view)
             drills = handoffs(args, nodes, config)
             for node in nodes:
                 node.stop()
@@ -754,7 +764,7 @@ def main() -> None:
             "repeats": args.repeats,
             "threads": args.threads, "duration": args.duration, "quick": args.quick,
             "cores": len(os.sched_getaffinity(0)), "load_before": load_before,
-            "load_after": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+            "load_after": load_average(),
             "seconds": time.monotonic() - started,
             "concurrency": f"{args.procs} client processes x {args.threads} threads"}
     data["table"] = tables(data)

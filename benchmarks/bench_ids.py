@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from _common import fmt_rate, md_table
 
 CHUNK_SECONDS = 0.1
 
@@ -152,29 +153,17 @@ def bench(repeats: int, seconds: float) -> list[Result]:
         ).start()
 
     # -- flakekit ------------------------------------------------------------------------
-    gen = flakekit_gen()
-    check = Check()
-    res = run("flakekit next_id() (snowflake, monotonic, static)", gen.next_id,
-              cap=snowflake_cap, check=check.ids, **opts)
-    res.checked = check.summary()
-    results.append(res)
-    gen.close()
-
-    gen = flakekit_gen()
-    check = Check()
-    res = run("flakekit next_ids(1000)", gen.next_ids, arg=1000, per_call=1000,
-              cap=snowflake_cap, check=check.batches, **opts)
-    res.checked = check.summary()
-    results.append(res)
-    gen.close()
-
-    gen = flakekit_gen()
-    check = Check()
-    res = run("flakekit next_ids(1_000_000)", gen.next_ids, arg=1_000_000, per_call=1_000_000,
-              cap=snowflake_cap, check=check.batches, **opts)
-    res.checked = check.summary()
-    results.append(res)
-    gen.close()
+    for label, arg in (("flakekit next_id() (snowflake, monotonic, static)", None),
+                       ("flakekit next_ids(1000)", 1000),
+                       ("flakekit next_ids(1_000_000)", 1_000_000)):
+        gen = flakekit_gen()
+        check = Check()
+        res = run(label, gen.next_id if arg is None else gen.next_ids, arg=arg,
+                  per_call=arg or 1, cap=snowflake_cap,
+                  check=check.ids if arg is None else check.batches, **opts)
+        res.checked = check.summary()
+        results.append(res)
+        gen.close()
 
     # -- flakeid -------------------------------------------------------------------------
     try:
@@ -338,12 +327,7 @@ def compare_table(ref: str, rows: list[tuple[str, dict[str, Result]]]) -> str:
              paired(r["this"].cpu_rates, r["ref"].cpu_rates),
              paired(r["ref again"].rates, r["ref"].rates),
              paired(r["ref again"].cpu_rates, r["ref"].cpu_rates)) for label, r in rows]
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                for i, (c, w) in enumerate(zip(row, widths))) + " |"
-              for row in body]
+    lines = md_table(header, body)
     notes = [f"* {res.name}: {res.checked}" for _, r in rows for res in r.values()]
     notes.append("* control: a second copy of the ref against the ref (the noise of this "
                  "run); this/ref and control are medians of per-round ratios")
@@ -360,16 +344,6 @@ def skipped(peer: str) -> None:
 SKIPPED: list[str] = []
 
 
-def fmt_rate(value: float | None) -> str:
-    if value is None:
-        return "none"
-    if value >= 1e6:
-        return f"{value / 1e6:.2f}M"
-    if value >= 1e3:
-        return f"{value / 1e3:.1f}k"
-    return f"{value:.0f}"
-
-
 def table(results: list[Result]) -> str:
     by_name = {r.name: r for r in results}
     base_flakeid = by_name.get("flakeid make_generator(PRESET_TWITTER).next_id")
@@ -384,14 +358,7 @@ def table(results: list[Result]) -> str:
             f"{r.best / base_flakekit.best:.2f}x",
             fmt_rate(r.cap),
         ))
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c,
-                                                                   w) in enumerate(zip(row, widths))
-        ) + " |")
+    lines = md_table(header, rows)
     notes = [f"* {r.name}: {r.checked or r.note}" + (f"; {r.note}" if r.checked and r.note else "")
              for r in results if r.checked or r.note]
     return "\n".join(lines + [""] + notes)

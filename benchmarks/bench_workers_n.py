@@ -24,7 +24,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_ids import Check, Result, fmt_rate, run
+from _common import fmt_rate, md_table
+from bench_ids import Check, Result, run
 
 
 def bench(repeats: int, seconds: float) -> list[Result]:
@@ -72,12 +73,7 @@ def table(results: list[Result]) -> str:
     rows = [(r.name, fmt_rate(r.best), fmt_rate(r.median), f"{1e9 / r.best:,.0f}",
              fmt_rate(r.cap), f"{100 * r.best / r.cap:.1f}%" if r.cap else "-",
              f"{r.best / 4_096_000:.2f}x") for r in results]
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
-                               for i, (c, w) in enumerate(zip(row, widths))) + " |"
-              for row in rows]
+    lines = md_table(header, rows)
     notes = [f"* {r.name}: {r.checked}" for r in results if r.checked]
     return "\n".join([*lines, "", *notes])
 

@@ -1,0 +1,125 @@
+"""What the benchmark scripts share: formatting, tables, the load average, plots, output.
+
+Not a benchmark (``run_all.py`` runs ``bench_*.py`` only). The scripts run as
+``python benchmarks/bench_x.py``, so this folder is on ``sys.path`` and ``import _common``
+finds this file; nothing here changes what a script measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as ``/proc/loadavg`` gives them."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def fmt_rate(value: float | None, none: str = "none") -> str:
+    """12.35M, 976.7k, 512."""
+    if value is None:
+        return none
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A markdown table padded to its columns: the first left-aligned, the others right."""
+    body = [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in [list(header), *body]) for i in range(len(header))]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                for i, (c, w) in enumerate(zip(row, widths, strict=True))) + " |"
+              for row in body]
+    return lines
+
+
+def add_switches(parser: argparse.ArgumentParser, quick: str) -> None:
+    """``--quick`` (``quick`` is its help) and ``--json``, which run_all.py looks for."""
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def best_rate(run: Callable[[], object], per_run: int, rounds: int = 3) -> float:
+    """The best of ``rounds`` runs of ``run``, as ``per_run`` units per second."""
+    best = 0.0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        run()
+        best = max(best, per_run / (time.perf_counter() - t0))
+    return best
+
+
+def percentile_ms(values: Sequence[float], q: float, empty: float = 0.0) -> float:
+    """The ``q`` quantile (0..1, nearest rank below) of seconds, in ms."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3 if ordered else empty
+
+
+def pyplot() -> Any | None:
+    """matplotlib's pyplot on the Agg backend, or None with a note when it is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed (pip install -e '.[benchmarks]'); no PNG",
+              file=sys.stderr)
+        return None
+    return plt
+
+
+def emit(data: dict[str, Any], text: str, image: str | None, as_json: bool) -> None:
+    """Print ``data`` with ``text`` under "table" (``--json``), or the text and the plot."""
+    if as_json:
+        print(json.dumps({**data, "image": image, "table": text}, indent=2))
+        return
+    print(text)
+    if image:
+        print(f"\nplot: {image}")
+
+
+def start_together(acquire: Callable[[Any], int], holders: Sequence[Any]
+                   ) -> tuple[list[float], list[int], list[str], float]:
+    """One thread per holder, released at once, each calling ``acquire(holder)``: (each
+    call's seconds sorted, the worker ids got, the errors, the wall seconds until all
+    were done)."""
+    barrier = threading.Barrier(len(holders) + 1)
+    took: list[float] = []
+    got: list[int] = []
+    errors: list[str] = []
+
+    def run(holder: Any) -> None:
+        barrier.wait()
+        t = time.perf_counter()
+        try:
+            got.append(acquire(holder))
+        except Exception as exc:  # noqa: BLE001 - counted and shown
+            errors.append(f"{type(exc).__name__}: {exc}"[:200])
+        took.append(time.perf_counter() - t)
+
+    threads = [threading.Thread(target=run, args=(h,)) for h in holders]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    took.sort()
+    return took, got, errors, wall
