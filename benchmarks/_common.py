@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
 import threading
 import time
@@ -94,6 +95,49 @@ def emit(data: dict[str, Any], text: str, image: str | None, as_json: bool) -> N
         print(f"\nplot: {image}")
 
 
+def python_label() -> str:
+    """``CPython 3.11.7 on x86_64``."""
+    return f"CPython {sys.version.split()[0]} on {platform.machine()}"
+
+
+def print_results(as_json: bool, data: dict[str, Any], heading: str, text: str) -> None:
+    """``--json``: ``data`` with the interpreter and machine; else a heading line (after
+    the interpreter and machine) and the text."""
+    if as_json:
+        print(json.dumps({"python": sys.version.split()[0], "machine": platform.machine(),
+                          **data}, indent=2))
+    else:
+        print(f"{python_label()}, {heading}\n")
+        print(text)
+
+
+def save_plot(plt: Any, fig: Any, image: Path) -> str:
+    """Lay out ``fig``, write it to ``image`` (a PNG, 90 dpi), close it."""
+    fig.tight_layout()
+    image.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(image, dpi=90)
+    plt.close(fig)
+    return str(image)
+
+
+def time_acquire(allocator: Any, request: Any, times: list[float]) -> None:
+    """One ``acquire`` of ``allocator``, its seconds appended to ``times``, then release."""
+    t = time.perf_counter()
+    lease = allocator.acquire(request)
+    times.append(time.perf_counter() - t)
+    allocator.release(lease, 0)
+
+
+def run_threads(threads: Sequence[threading.Thread], when_started: Callable[[], float]) -> float:
+    """Start ``threads``, call ``when_started``, join them; its value (a start time)."""
+    for t in threads:
+        t.start()
+    value = when_started()
+    for t in threads:
+        t.join()
+    return value
+
+
 def start_together(acquire: Callable[[Any], int], holders: Sequence[Any]
                    ) -> tuple[list[float], list[int], list[str], float]:
     """One thread per holder, released at once, each calling ``acquire(holder)``: (each
@@ -113,13 +157,11 @@ def start_together(acquire: Callable[[Any], int], holders: Sequence[Any]
             errors.append(f"{type(exc).__name__}: {exc}"[:200])
         took.append(time.perf_counter() - t)
 
-    threads = [threading.Thread(target=run, args=(h,)) for h in holders]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for t in threads:
-        t.join()
+    def released() -> float:
+        barrier.wait()
+        return time.perf_counter()
+
+    start = run_threads([threading.Thread(target=run, args=(h,)) for h in holders], released)
     wall = time.perf_counter() - start
     took.sort()
     return took, got, errors, wall

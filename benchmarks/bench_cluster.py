@@ -58,7 +58,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import load_average, percentile_ms
+from _common import load_average, percentile_ms, run_threads
 
 from flakekit.testing.requests import http_get
 
@@ -216,10 +216,7 @@ def wait_serving(node: Node, timeout: float = 90) -> None:
 def _raw_thread(port: int, path: str, start_at: float, end_at: float,
                 lat: list[float], statuses: Counter[int]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    while True:
-        t0 = time.monotonic()
-        if t0 >= end_at:
-            break
+    while (t0 := time.monotonic()) < end_at:
         conn.request("GET", path)
         resp = conn.getresponse()
         body = resp.read()
@@ -234,10 +231,7 @@ def _raw_thread(port: int, path: str, start_at: float, end_at: float,
 
 def _client_thread(client: Any, count: int, start_at: float, end_at: float,
                    lat: list[float], statuses: Counter[int]) -> None:
-    while True:
-        t0 = time.monotonic()
-        if t0 >= end_at:
-            break
+    while (t0 := time.monotonic()) < end_at:
         if count == 1:
             client.next_id(STRICT_GEN)
         else:
@@ -265,15 +259,12 @@ def _load_proc(spec: dict[str, Any], queue: Any) -> None:
                  statuses[i]) for i in range(spec["threads"])]
         target = _raw_thread
     threads = [threading.Thread(target=target, args=a, daemon=True) for a in args]
-    cpu0 = None
-    for t in threads:
-        t.start()
-    while time.monotonic() < spec["start_at"]:
-        time.sleep(0.005)
-    cpu0 = time.process_time()
-    for t in threads:
-        t.join()
-    cpu = time.process_time() - cpu0
+    def started() -> float:
+        while time.monotonic() < spec["start_at"]:
+            time.sleep(0.005)
+        return time.process_time()
+
+    cpu = time.process_time() - run_threads(threads, started)
     if client is not None:
         client.close()
     total: Counter[int] = Counter()

@@ -33,7 +33,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from _common import emit, pyplot
+from _common import emit, pyplot, save_plot
 from sqlalchemy import create_engine, func, insert
 
 from flakekit.generators.segment import SegmentSettings
@@ -218,11 +218,7 @@ def plot(rows: list[dict]) -> str | None:
         ax.grid(True, alpha=0.3)
     axes[2].set_xlabel("keys served")
     fig.suptitle("SegmentService on SQLite: cost as keys grow")
-    fig.tight_layout()
-    IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMAGE, dpi=90)
-    plt.close(fig)
-    return str(IMAGE)
+    return save_plot(plt, fig, IMAGE)
 
 
 def main(argv: list[str] | None = None) -> int:

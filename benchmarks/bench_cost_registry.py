@@ -24,10 +24,9 @@ import logging
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import emit, pyplot, start_together
+from _common import emit, pyplot, save_plot, start_together, time_acquire
 from sqlalchemy import create_engine
 
 from flakekit.leases.lease import LeaseRequest
@@ -75,10 +74,7 @@ def fill_curve(url: str, rounds: int) -> list[dict]:
             times = []
             probe = allocator(engine, 60_000)
             for _ in range(rounds):
-                t = time.perf_counter()
-                lease = probe.acquire(req)
-                times.append(time.perf_counter() - t)
-                probe.release(lease, 0)
+                time_acquire(probe, req, times)
             times.sort()
             rows.append({"taken": level, "median_ms": statistics.median(times) * 1e3,
                          "p90_ms": times[min(len(times) - 1, int(len(times) * 0.9))] * 1e3})
@@ -166,11 +162,7 @@ def plot(curves: dict[str, list[dict]]) -> str | None:
     ax.set_title("SQL worker registry: acquire as it fills")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMAGE, dpi=90)
-    plt.close(fig)
-    return str(IMAGE)
+    return save_plot(plt, fig, IMAGE)
 
 
 def main(argv: list[str] | None = None) -> int:

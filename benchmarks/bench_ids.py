@@ -24,9 +24,7 @@ import datetime as dt
 import importlib
 import importlib.util
 import io
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from _common import fmt_rate, md_table
+from _common import fmt_rate, md_table, print_results, python_label
 
 CHUNK_SECONDS = 0.1
 
@@ -380,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = args.seconds or 0.2
         rows = compare(args.compare_ref, repeats, seconds)
         load = os.getloadavg()
-        print(f"CPython {sys.version.split()[0]} on {platform.machine()}, {repeats} repeats "
+        print(f"{python_label()}, {repeats} repeats "
               f"x ~{seconds:g} s per side, alternating; load average "
               f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
         print(compare_table(args.compare_ref, rows))
@@ -390,18 +388,12 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (0.3 if args.quick else 1.0)
     results = bench(repeats, seconds)
     failed = any(r.checked.startswith("FAILED") for r in results)
-    if args.json:
-        print(json.dumps({
-            "python": sys.version.split()[0], "machine": platform.machine(),
-            "repeats": repeats, "seconds": seconds, "skipped": SKIPPED,
-            "results": [{"name": r.name, "best": r.best, "median": r.median,
-                         "ns_per_id": 1e9 / r.best, "rates": r.rates, "cap": r.cap,
-                         "checked": r.checked, "note": r.note} for r in results],
-        }, indent=2))
-    else:
-        print(f"CPython {sys.version.split()[0]} on {platform.machine()}, best of {repeats} "
-              f"x ~{seconds:g} s per generator\n")
-        print(table(results))
+    print_results(args.json, {
+        "repeats": repeats, "seconds": seconds, "skipped": SKIPPED,
+        "results": [{"name": r.name, "best": r.best, "median": r.median,
+                     "ns_per_id": 1e9 / r.best, "rates": r.rates, "cap": r.cap,
+                     "checked": r.checked, "note": r.note} for r in results],
+    }, f"best of {repeats} x ~{seconds:g} s per generator", table(results))
     return 1 if failed else 0
 
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 
-from _common import start_together
+from _common import start_together, time_acquire
 from sqlalchemy import create_engine
 
 from flakekit.builtin.static import StaticAllocator, StaticSettings
@@ -53,10 +53,7 @@ def bench_single(label: str, url: str, rounds: int = 200) -> None:
     for i in range(rounds):
         a = alloc(engine, i % 64)  # 64 host identities: reuse after release, like restarts
         a.ensure_schema()
-        t0 = time.perf_counter()
-        lease = a.acquire(req)
-        times.append(time.perf_counter() - t0)
-        a.release(lease, 0)
+        time_acquire(a, req, times)
     engine.dispose()
     times.sort()
     print(f"acquire (single, {label}): median {statistics.median(times) * 1e3:.2f} ms, "

@@ -16,15 +16,13 @@ one-line way to get the 64 ids; with ``sql`` it is ``workers = 64``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import fmt_rate, md_table
+from _common import fmt_rate, md_table, print_results
 from bench_ids import Check, Result, run
 
 
@@ -89,17 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (0.3 if args.quick else 1.0)
     results = bench(repeats, seconds)
     failed = any(r.checked.startswith("FAILED") for r in results)
-    if args.json:
-        print(json.dumps({
-            "python": sys.version.split()[0], "machine": platform.machine(),
-            "results": [{"name": r.name, "best": r.best, "median": r.median, "cap": r.cap,
-                         "share_of_cap": r.best / r.cap if r.cap else None,
-                         "checked": r.checked} for r in results],
-        }, indent=2))
-    else:
-        print(f"CPython {sys.version.split()[0]} on {platform.machine()}, best of {repeats} "
-              f"x ~{seconds:g} s per row\n")
-        print(table(results))
+    print_results(args.json, {
+        "results": [{"name": r.name, "best": r.best, "median": r.median, "cap": r.cap,
+                     "share_of_cap": r.best / r.cap if r.cap else None,
+                     "checked": r.checked} for r in results],
+    }, f"best of {repeats} x ~{seconds:g} s per row", table(results))
     return 1 if failed else 0
 
 
