@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from _common import fmt_rate, md_table, print_results, python_label
+from _common import add_switches, fmt_rate, md_table, print_results, python_label
 
 CHUNK_SECONDS = 0.1
 
@@ -362,13 +362,30 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines + [""] + notes)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="3 repeats of ~0.3 s instead of 5 of ~1 s")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+def add_timing_switches(parser: argparse.ArgumentParser) -> None:
+    """--quick, --json, --repeats and --seconds (this script's and bench_workers_n.py's)."""
+    add_switches(parser, quick="3 repeats of ~0.3 s instead of 5 of ~1 s")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=None)
+
+
+def run_rows(args: argparse.Namespace, bench: Callable[[int, float], list[Result]],
+             to_json: Callable[[Result], dict[str, Any]], unit: str,
+             table: Callable[[list[Result]], str], **extra: Any) -> int:
+    """Time ``bench``'s rows (best of ``--repeats`` x ``--seconds``) and print them; 1 if
+    a check of the IDs failed."""
+    repeats = args.repeats or (3 if args.quick else 5)
+    seconds = args.seconds or (0.3 if args.quick else 1.0)
+    results = bench(repeats, seconds)
+    print_results(args.json, {"repeats": repeats, "seconds": seconds, **extra,
+                              "results": [to_json(r) for r in results]},
+                  f"best of {repeats} x ~{seconds:g} s per {unit}", table(results))
+    return 1 if any(r.checked.startswith("FAILED") for r in results) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_timing_switches(parser)
     parser.add_argument("--compare-ref", metavar="REF", default=None,
                         help="time this tree's snowflake generator against the one at git "
                              "REF (e.g. main), alternating; no peers")
@@ -384,17 +401,10 @@ def main(argv: list[str] | None = None) -> int:
         print(compare_table(args.compare_ref, rows))
         return 1 if any(res.checked.startswith("FAILED")
                         for _, r in rows for res in r.values()) else 0
-    repeats = args.repeats or (3 if args.quick else 5)
-    seconds = args.seconds or (0.3 if args.quick else 1.0)
-    results = bench(repeats, seconds)
-    failed = any(r.checked.startswith("FAILED") for r in results)
-    print_results(args.json, {
-        "repeats": repeats, "seconds": seconds, "skipped": SKIPPED,
-        "results": [{"name": r.name, "best": r.best, "median": r.median,
-                     "ns_per_id": 1e9 / r.best, "rates": r.rates, "cap": r.cap,
-                     "checked": r.checked, "note": r.note} for r in results],
-    }, f"best of {repeats} x ~{seconds:g} s per generator", table(results))
-    return 1 if failed else 0
+    return run_rows(args, bench, lambda r: {
+        "name": r.name, "best": r.best, "median": r.median, "ns_per_id": 1e9 / r.best,
+        "rates": r.rates, "cap": r.cap, "checked": r.checked, "note": r.note},
+        "generator", table, skipped=SKIPPED)
 
 
 if __name__ == "__main__":

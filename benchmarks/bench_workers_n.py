@@ -22,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import fmt_rate, md_table, print_results
-from bench_ids import Check, Result, run
+from _common import fmt_rate, md_table
+from bench_ids import Check, Result, add_timing_switches, run, run_rows
 
 
 def bench(repeats: int, seconds: float) -> list[Result]:
@@ -78,21 +78,12 @@ def table(results: list[Result]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="3 repeats of ~0.3 s")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--seconds", type=float, default=None)
+    add_timing_switches(parser)
     args = parser.parse_args(argv)
-    repeats = args.repeats or (3 if args.quick else 5)
-    seconds = args.seconds or (0.3 if args.quick else 1.0)
-    results = bench(repeats, seconds)
-    failed = any(r.checked.startswith("FAILED") for r in results)
-    print_results(args.json, {
-        "results": [{"name": r.name, "best": r.best, "median": r.median, "cap": r.cap,
-                     "share_of_cap": r.best / r.cap if r.cap else None,
-                     "checked": r.checked} for r in results],
-    }, f"best of {repeats} x ~{seconds:g} s per row", table(results))
-    return 1 if failed else 0
+    return run_rows(args, bench, lambda r: {
+        "name": r.name, "best": r.best, "median": r.median, "cap": r.cap,
+        "share_of_cap": r.best / r.cap if r.cap else None, "checked": r.checked},
+        "row", table)
 
 
 if __name__ == "__main__":

@@ -499,13 +499,21 @@ def _startup_rows(data: dict | None) -> list[dict[str, Any]]:
     return rows
 
 
-def render_targets(rows: list[dict[str, Any]]) -> list[str]:
+def render_targets(rows: list[dict[str, Any]], results: dict[str, dict]) -> list[str]:
+    def command_of(source: str) -> str:
+        names = ["bench_cluster", source] if source == "bench_cluster_handoff_sql" else [source]
+        shown = [f"`{results[n]['command'].removeprefix('.venv/bin/python benchmarks/')}`"
+                 + (f" × {results[n]['runs']}" if results[n].get("runs", 1) > 1 else "")
+                 for n in names if n in results]
+        return " + ".join(shown) or "not run"
+
     met = sum(r["met"] for r in rows)
     lines = [f"### Issue 24's targets: {met} of {len(rows)} met", "",
-             "| figure | target | measured | met? | section (command) |",
+             "| figure | target | measured | met? | section: command |",
              "|---|---|---|---|---|"]
     lines += [f"| {r['row']} | {r['target']} | {r['measured']} | "
-              f"{'yes' if r['met'] else '**no**'} | {_section(r['source'])} |" for r in rows]
+              f"{'yes' if r['met'] else '**no**'} | {_section(r['source'])}: "
+              f"{command_of(r['source'])} |" for r in rows]
     return lines
 
 
@@ -539,7 +547,7 @@ def report(results: list[dict], quick: bool, started: dt.datetime, load: str,
         "",
     ]
     if not quick or any(r["name"] in ("bench_server", "bench_startup") for r in results):
-        out += render_targets(target_rows(by_name)) + [""]
+        out += render_targets(target_rows(by_name), by_name) + [""]
     for r in results:
         runs = f" × {r['runs']} runs" if r.get("runs", 1) > 1 else ""
         out += [f"### {TITLES.get(r['name'], r['name'])}", "",
