@@ -37,6 +37,11 @@ def fmt_rate(value: float | None, none: str = "none") -> str:
     return f"{value:.0f}"
 
 
+def fmt_ms(value: float | None) -> str:
+    """1,234 ms; None: -."""
+    return "-" if value is None else f"{value:,.0f} ms"
+
+
 def md_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     """A markdown table padded to its columns: the first left-aligned, the others right."""
     body = [[str(c) for c in row] for row in rows]

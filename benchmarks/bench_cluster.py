@@ -58,7 +58,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from _common import load_average, percentile_ms, run_threads
+from _common import fmt_ms, load_average, percentile_ms, run_threads
 
 from flakekit.testing.requests import http_get
 
@@ -633,15 +633,12 @@ def handoff_table(data: dict[str, Any]) -> list[str]:
              "gap | flakekit.client errors | answers | duplicates |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
 
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value:,.0f} ms"
-
     for d in data["handoffs"]:
-        lines.append(f"| {d['drill']} | {d['detail']} (took {ms(d['action_ms'])}) | "
-                     f"{ms(d['old_owner_last_ms'])} / "
-                     f"{ms(d['new_owner_first_ms'])} | "
-                     f"{ms(d['gap_ms'])} | {ms(d['raw_gap_ms'])} | {d['503s']:,} | "
-                     f"{ms(d['client_gap_ms'])} | {d['client_errors'] or 'none'} | "
+        lines.append(f"| {d['drill']} | {d['detail']} (took {fmt_ms(d['action_ms'])}) | "
+                     f"{fmt_ms(d['old_owner_last_ms'])} / "
+                     f"{fmt_ms(d['new_owner_first_ms'])} | "
+                     f"{fmt_ms(d['gap_ms'])} | {fmt_ms(d['raw_gap_ms'])} | {d['503s']:,} | "
+                     f"{fmt_ms(d['client_gap_ms'])} | {d['client_errors'] or 'none'} | "
                      f"{d['answers']:,} | {d['duplicates']} |")
     lines += ["", "Raw HTTP clients ask the non-owner nodes (crash: the survivors) and wait "
               f"{RETRY_503_S * 1e3:.0f} ms after a refusal; refusals by code: "

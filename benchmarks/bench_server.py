@@ -132,11 +132,14 @@ def start(stack: str, config: Path, port: int, workers: int, log) -> subprocess.
 def wrk(url: str, *, threads: int, connections: int, duration: float, script: Path,
         delay_ms: int = 0) -> dict:
     env = {**os.environ, "FK_DELAY_MS": str(delay_ms)}
-    out = subprocess.run(
+    done = subprocess.run(
         ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "-s", str(script), url],
         capture_output=True, text=True, env=env, timeout=duration + 60,
-    ).stdout
-    line = next(ln for ln in out.splitlines() if ln.startswith("FKSTAT"))
+    )
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("FKSTAT")), None)
+    if line is None:
+        raise SystemExit(f"wrk gave no statistics for {url} (exit status {done.returncode}):\n"
+                         f"{done.stdout[-1000:]}{done.stderr[-1000:]}")
     requests, duration_us, errors, non2xx, p50, p99, p999, top = map(int, line.split()[1:])
     return {"requests": requests, "rps": requests / (duration_us / 1e6), "errors": errors,
             "non2xx": non2xx, "p50_ms": p50 / 1e3, "p99_ms": p99 / 1e3, "p999_ms": p999 / 1e3,

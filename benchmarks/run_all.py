@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import fmt_rate, load_average
+from _common import fmt_ms, fmt_rate, load_average
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -316,30 +316,31 @@ def handoff_runs(results: dict[str, dict], membership: str) -> list[tuple[str, d
 def render_handoffs(result: dict, results: dict[str, dict]) -> list[str]:
     membership = "zk" if result["name"].endswith("_zk") else "sql"
     runs = handoff_runs(results, membership)
+    label = {"sql": "SQL", "zk": "ZooKeeper"}[membership]
     lines = [f"Crash hand-off (`kill -9` of the key's owner, 3 nodes, default lease 10 s) and "
-             f"the planned hand-off before it, every run on {membership.upper()} membership "
-             "of this report (the `bench_cluster.py --quick` run above included):", "",
-             "| run | command | load before / after | planned: longest gap | crash: longest "
-             "gap | crash: old owner's last / new owner's first answer | crash: 503s | "
-             "flakekit.client errors | duplicates |", "|---:|---|---|---:|---:|---:|---:|---|---:|"]
-
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value:,.0f} ms"
+             f"the planned hand-off before it, every run on {label} membership of this report"
+             + (" (the `bench_cluster.py --quick` run above first)" if membership == "sql"
+                else "") + ":", "",
+             "| run | command | load before / after | took | planned: longest gap | crash: "
+             "longest gap | crash: old owner's last / new owner's first answer | crash: 503s | "
+             "flakekit.client errors | duplicates |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---|---:|"]
 
     for i, (cmd, data) in enumerate(runs, 1):
         crash, planned = crash_and_planned(data)
         if data is None or crash is None or planned is None:
-            lines.append(f"| {i} | `{cmd}` | | failed | failed | | | | |")
+            lines.append(f"| {i} | `{cmd}` | | | failed | failed | | | | |")
             continue
         lines.append(
             f"| {i} | `{cmd}` | {data['load_before']} / {data['load_after']} | "
-            f"{ms(planned['gap_ms'])} | {ms(crash['gap_ms'])} | "
-            f"{ms(crash['old_owner_last_ms'])} / {ms(crash['new_owner_first_ms'])} | "
+            f"{data.get('seconds', 0):.0f} s | {fmt_ms(planned['gap_ms'])} | "
+            f"{fmt_ms(crash['gap_ms'])} | "
+            f"{fmt_ms(crash['old_owner_last_ms'])} / {fmt_ms(crash['new_owner_first_ms'])} | "
             f"{crash['503s']:,} | {crash['client_errors'] or 'none'} | "
             f"{planned['duplicates'] + crash['duplicates']} |")
     gaps = [c["gap_ms"] for c in (crash_and_planned(d)[0] for _, d in runs) if c]
     if gaps:
-        lines += ["", f"Worst crash gap of {len(gaps)} runs: **{max(gaps):,.0f} ms** "
+        lines += ["", f"Worst crash gap of {len(gaps)} run(s): **{max(gaps):,.0f} ms** "
                   f"(best {min(gaps):,.0f} ms); the target is under one lease "
                   f"({LEASE_MS:,.0f} ms)."]
     return lines
@@ -365,8 +366,8 @@ TITLES = {
     "bench_cluster_wrk": "Cluster request path with wrk: strict vs plain key, forwarded vs "
                          "direct",
     "bench_cluster": "Cluster mode: owner, forwarding node, client library; hand-offs",
-    "bench_cluster_handoff_sql": "Cluster crash hand-off, SQL membership: five runs",
-    "bench_cluster_handoff_zk": "Cluster crash hand-off, ZooKeeper membership: five runs",
+    "bench_cluster_handoff_sql": "Cluster crash hand-off, SQL membership: every run",
+    "bench_cluster_handoff_zk": "Cluster crash hand-off, ZooKeeper membership: every run",
     "bench_handoff_windows": "Planned hand-off window, in one process (SQL membership)",
     "bench_owners": "Cluster mode: owner-map lookups with 3, 16 and 64 members",
     "bench_segment_burst": "Segment mode: a burst against a database 50 ms away (hunger prefetch)",

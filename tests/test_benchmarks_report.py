@@ -133,7 +133,7 @@ def test_the_report_has_every_target_row_with_its_verdict(run_all: Any) -> None:
         assert f"| {label} |" in text
     # each section names its command and the load average around it
     assert "`cluster zk` × 5 runs (1 s; load average 1 before, 1 after)" in text
-    assert "Worst crash gap of 5 runs: **10,400 ms**" in text
+    assert "Worst crash gap of 5 run(s): **10,400 ms**" in text
 
 
 def test_a_missing_figure_is_not_met(run_all: Any) -> None:
