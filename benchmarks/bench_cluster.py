@@ -38,6 +38,9 @@ against a plain (``order = "node"``) key on the same node, and a strict key forw
 the other node against the same key asked at its owner::
 
     .venv/bin/python benchmarks/bench_cluster.py --wrk [--duration 5] [--repeats 3]
+
+``--handoffs-only`` runs the hand-off drills alone (three nodes, planned then crash): what
+``run_all.py`` repeats for the crash hand-off's five runs per membership.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Benchmark `flakekit serve` with wrk on loopback, against the same service on uvicorn.
 
     .venv/bin/python benchmarks/bench_server.py [--workers 2] [--duration 10] \\
-        [--stacks flakekit,uvicorn]
+        [--stacks flakekit,uvicorn] [--json]
+
+``--json`` prints one JSON document (each stack's numbers, the settings, and the text table
+under ``table``) instead of the table; ``run_all.py`` reads issue 24's figures from it.
 
 For each stack it starts the server (N processes, each with its own worker lease from a
 SQLite file), then runs wrk (Debian's ``wrk``; ``apt-get install wrk``):
