@@ -590,6 +590,9 @@ def main(argv: list[str] | None = None) -> int:
     names = discover()
     if args.only:
         wanted = {n.strip().removesuffix(".py") for n in args.only.split(",")}
+        if wanted - set(names):
+            parser.error(f"not in the plan: {', '.join(sorted(wanted - set(names)))} "
+                         f"(the plan: {', '.join(names)})")
         names = [n for n in names if n in wanted]
     if args.plan:
         for name in names:
