@@ -60,6 +60,14 @@ def add_switches(parser: argparse.ArgumentParser, quick: str) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
+def add_numbers(parser: argparse.ArgumentParser, helps: dict[str, str] | None = None,
+                **defaults: float) -> None:
+    """An option ``--NAME`` (``_`` as ``-``) per keyword, of its default's type."""
+    for name, default in defaults.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=type(default), default=default,
+                            help=(helps or {}).get(name))
+
+
 def best_rate(run: Callable[[], object], per_run: int, rounds: int = 3) -> float:
     """The best of ``rounds`` runs of ``run``, as ``per_run`` units per second."""
     best = 0.0

@@ -51,7 +51,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import load_average, percentile_ms
+from _common import add_numbers, load_average, percentile_ms
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -354,10 +354,8 @@ def main() -> None:
                         help="print JSON instead (the text table under 'table')")
     parser.add_argument("--mixed", action="store_true",
                         help="single-ID latency beside 100k batches, before/after offloading")
-    parser.add_argument("--mixed-rate", type=int, default=2000, help="paced single IDs, req/s")
-    parser.add_argument("--mixed-clients", type=int, default=8)
-    parser.add_argument("--mixed-batchers", type=int, default=2)
-    parser.add_argument("--mixed-batch", type=int, default=100_000)
+    add_numbers(parser, {"mixed_rate": "paced single IDs, req/s"}, mixed_rate=2000,
+                mixed_clients=8, mixed_batchers=2, mixed_batch=100_000)
     args = parser.parse_args()
     if args.mixed:
         tmp = Path(tempfile.mkdtemp(prefix="fk-bench-server-"))
