@@ -70,13 +70,13 @@ PLAN: dict[str, dict[str, Any]] = {
                                  * 2, "timeout": (240, 240)},
     "bench_handoff_windows": {"args": (["planned", "sql", "3"], ["planned", "sql", "1"]),
                               "timeout": (300, 120)},
-    "bench_segment": {"timeout": (600, 150)},
+    "bench_segment": {"timeout": (600, 300)},
     "bench_segment_burst": {"timeout": (300, 120)},
     # 100,000 keys in the table (refresh, cold key), at most 10,000 served (memory per key
     # is flat; serving all 100,000 took most of the script's 200 s)
     "bench_cost_keys": {"args": (["--max-served", "10000"], ["--quick"]),
-                        "timeout": (600, 150)},
-    "bench_cost_registry": {"timeout": (600, 240)},
+                        "timeout": (600, 400)},
+    "bench_cost_registry": {"timeout": (600, 400)},
     "bench_workers": {"timeout": (600, 240), "quick_skip": True},
     "bench_workers_index": {"timeout": (300, 240)},
     "bench_workers_n": {"args": (["--repeats", "3", "--seconds", "0.6"], ["--quick"]),
