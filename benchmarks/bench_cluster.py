@@ -38,6 +38,9 @@ against a plain (``order = "node"``) key on the same node, and a strict key forw
 the other node against the same key asked at its owner::
 
     .venv/bin/python benchmarks/bench_cluster.py --wrk [--duration 5] [--repeats 3]
+
+``--handoffs-only`` runs the hand-off drills alone (three nodes, planned then crash): what
+``run_all.py`` repeats for the crash hand-off's five runs per membership.
 """
 
 from __future__ import annotations
@@ -57,6 +60,10 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from _common import fmt_ms, load_average, percentile_ms, run_threads
+
+from flakekit.testing.requests import http_get
 
 PY = sys.executable
 FLAKEKIT = str(Path(PY).with_name("flakekit"))
@@ -109,14 +116,12 @@ def free_port() -> int:
     return free()
 
 
-def http_get(port: int, path: str, timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def answers(port: int, path: str, timeout: float = 5) -> bool:
+    """``GET path`` answered 200 (a refused or dropped connection: False)."""
     try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-    finally:
-        conn.close()
+        return http_get(port, path, timeout)[0] == 200
+    except OSError:
+        return False
 
 
 class Node:
@@ -144,11 +149,8 @@ class Node:
             if self.proc.poll() is not None:
                 raise SystemExit(f"node {self.name} exited with {self.proc.returncode}:\n"
                                  + self.log())
-            try:
-                if http_get(self.port, "/api/v1/cluster", 1)[0] == 200:
-                    return
-            except OSError:
-                pass
+            if answers(self.port, "/api/v1/cluster", 1):
+                return
             time.sleep(0.1)
         raise SystemExit(f"node {self.name} did not come up in {timeout} s:\n" + self.log())
 
@@ -207,11 +209,8 @@ def wait_agreed(nodes: list[Node], members: int, timeout: float = 90) -> dict[st
 def wait_serving(node: Node, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            if http_get(node.port, f"/api/v1/next/{STRICT_GEN}?count=1")[0] == 200:
-                return
-        except OSError:
-            pass
+        if answers(node.port, f"/api/v1/next/{STRICT_GEN}?count=1"):
+            return
         time.sleep(0.1)
     raise SystemExit(f"owner {node.name} did not serve {STRICT_KEY!r} in {timeout} s")
 
@@ -220,10 +219,7 @@ def wait_serving(node: Node, timeout: float = 90) -> None:
 def _raw_thread(port: int, path: str, start_at: float, end_at: float,
                 lat: list[float], statuses: Counter[int]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    while True:
-        t0 = time.monotonic()
-        if t0 >= end_at:
-            break
+    while (t0 := time.monotonic()) < end_at:
         conn.request("GET", path)
         resp = conn.getresponse()
         body = resp.read()
@@ -238,10 +234,7 @@ def _raw_thread(port: int, path: str, start_at: float, end_at: float,
 
 def _client_thread(client: Any, count: int, start_at: float, end_at: float,
                    lat: list[float], statuses: Counter[int]) -> None:
-    while True:
-        t0 = time.monotonic()
-        if t0 >= end_at:
-            break
+    while (t0 := time.monotonic()) < end_at:
         if count == 1:
             client.next_id(STRICT_GEN)
         else:
@@ -269,26 +262,18 @@ def _load_proc(spec: dict[str, Any], queue: Any) -> None:
                  statuses[i]) for i in range(spec["threads"])]
         target = _raw_thread
     threads = [threading.Thread(target=target, args=a, daemon=True) for a in args]
-    cpu0 = None
-    for t in threads:
-        t.start()
-    while time.monotonic() < spec["start_at"]:
-        time.sleep(0.005)
-    cpu0 = time.process_time()
-    for t in threads:
-        t.join()
-    cpu = time.process_time() - cpu0
+    def started() -> float:
+        while time.monotonic() < spec["start_at"]:
+            time.sleep(0.005)
+        return time.process_time()
+
+    cpu = time.process_time() - run_threads(threads, started)
     if client is not None:
         client.close()
     total: Counter[int] = Counter()
     for s in statuses:
         total.update(s)
     queue.put({"lat": [x for lst in lats for x in lst], "statuses": dict(total), "cpu": cpu})
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3 if ordered else 0.0
 
 
 def measure(mode: str, count: int, args: argparse.Namespace, nodes: list[Node],
@@ -323,7 +308,7 @@ def measure(mode: str, count: int, args: argparse.Namespace, nodes: list[Node],
     return {"mode": mode, "count": count, "requests": len(lat), "ok": ok,
             "non_200": {str(k): v for k, v in statuses.items() if k != 200},
             "rps": ok / args.duration, "ids_per_s": ok * count / args.duration,
-            "p50_ms": pct(lat, 0.50), "p99_ms": pct(lat, 0.99),
+            "p50_ms": percentile_ms(lat, 0.50), "p99_ms": percentile_ms(lat, 0.99),
             "client_cpu": sum(o["cpu"] for o in outs) / args.duration,
             "server_cpu": {k: (cpu1.get(k, 0.0) - v) / args.duration for k, v in cpu0.items()}}
 
@@ -598,6 +583,13 @@ def per_cpu(row: dict[str, Any]) -> float:
 
 def tables(data: dict[str, Any]) -> str:
     rows = data["throughput"]
+    lines = [] if not rows else throughput_tables(data)
+    lines += handoff_table(data)
+    return "\n".join(lines)
+
+
+def throughput_tables(data: dict[str, Any]) -> list[str]:
+    rows = data["throughput"]
     lines = [f"Membership: {data.get('membership', 'sql')}. "
              f"{data['procs']} client processes x {data['threads']} threads (closed loop, "
              f"keep-alive), best of {data['repeats']} x {data['duration']:g} s per row; "
@@ -632,23 +624,24 @@ def tables(data: dict[str, Any]) -> str:
                 f"{base / got[m]['rps']:.2f}" if got[m]["rps"] else "-" for m in modes) + " | "
                 + " | ".join(f"{base_cpu / per_cpu(got[m]):.2f}" if per_cpu(got[m]) else "-"
                              for m in modes) + " |")
-    lines += ["", "Hand-off with clients hammering the key (default lease 10 s, handoff_wait "
-              "2 s):", "",
-              "| hand-off | action | old owner's last / new owner's first answer | longest gap, "
-              "all clients | "
-              "raw HTTP: longest gap | raw HTTP 503s | flakekit.client: longest gap | "
-              "flakekit.client errors | answers | duplicates |",
-              "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    return lines + [""]
 
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value:,.0f} ms"
+
+def handoff_table(data: dict[str, Any]) -> list[str]:
+    lines = [f"Hand-off with clients hammering the key (membership "
+             f"{data.get('membership', 'sql')}, default lease 10 s, handoff_wait 2 s; load "
+             f"average {data['load_before']} before, {data['load_after']} after):", "",
+             "| hand-off | action | old owner's last / new owner's first answer | longest gap, "
+             "all clients | raw HTTP: longest gap | raw HTTP 503s | flakekit.client: longest "
+             "gap | flakekit.client errors | answers | duplicates |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
 
     for d in data["handoffs"]:
-        lines.append(f"| {d['drill']} | {d['detail']} (took {ms(d['action_ms'])}) | "
-                     f"{ms(d['old_owner_last_ms'])} / "
-                     f"{ms(d['new_owner_first_ms'])} | "
-                     f"{ms(d['gap_ms'])} | {ms(d['raw_gap_ms'])} | {d['503s']:,} | "
-                     f"{ms(d['client_gap_ms'])} | {d['client_errors'] or 'none'} | "
+        lines.append(f"| {d['drill']} | {d['detail']} (took {fmt_ms(d['action_ms'])}) | "
+                     f"{fmt_ms(d['old_owner_last_ms'])} / "
+                     f"{fmt_ms(d['new_owner_first_ms'])} | "
+                     f"{fmt_ms(d['gap_ms'])} | {fmt_ms(d['raw_gap_ms'])} | {d['503s']:,} | "
+                     f"{fmt_ms(d['client_gap_ms'])} | {d['client_errors'] or 'none'} | "
                      f"{d['answers']:,} | {d['duplicates']} |")
     lines += ["", "Raw HTTP clients ask the non-owner nodes (crash: the survivors) and wait "
               f"{RETRY_503_S * 1e3:.0f} ms after a refusal; refusals by code: "
@@ -661,7 +654,7 @@ def tables(data: dict[str, Any]) -> str:
     for d in data["handoffs"]:
         for kind, msg in d["client_error_messages"].items():
             lines.append(f"\n{d['drill']}: flakekit.client {kind}, e.g.: `{msg}`")
-    return "\n".join(lines)
+    return lines
 
 
 def main() -> None:
@@ -683,6 +676,8 @@ def main() -> None:
     parser.add_argument("--wrk", action="store_true", help="only the request path, with wrk: "
                         "strict vs plain key on the owner, forwarded vs direct (ratios)")
     parser.add_argument("--connections", type=int, default=16, help="wrk connections (--wrk)")
+    parser.add_argument("--handoffs-only", action="store_true", help="only the hand-off drills "
+                        "(3 nodes, planned then crash), no throughput rows")
     args = parser.parse_args()
     if args.wrk and shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
@@ -701,7 +696,7 @@ def main() -> None:
     if not listening(pg.port or 5432, pg.host or "127.0.0.1"):
         raise SystemExit(f"PostgreSQL is not listening at {pg.host}:{pg.port} (--pg)")
     tmp = Path(tempfile.mkdtemp(prefix="fk-bench-cluster-"))
-    load_before = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    load_before = load_average()
     started = time.monotonic()
     nodes: list[Node] = []
     try:
@@ -720,16 +715,21 @@ def main() -> None:
                 view = wait_agreed(nodes, 2)
                 wait_serving(next(n for n in nodes if n.name == view["owners"][STRICT_KEY]))
                 best = wrk_rows(args, nodes, view, tmp)
-                load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+                load = load_average()
                 for node in nodes:
                     node.stop()
-                if args.json:
-                    print(json.dumps({"wrk": best, "load": load}, indent=2))
-                else:
-                    print(wrk_table(best, args, load))
+                table = wrk_table(best, args, load)
+                owner, fwd = best["strict, owner"], best["strict, forwarded"]
+                print(json.dumps({
+                    "wrk": best, "load": load, "load_before": load_before,
+                    "duration": args.duration, "repeats": args.repeats,
+                    "connections": args.connections, "table": table,
+                    "strict_over_plain": owner["rps"] / best["plain, owner"]["rps"],
+                    "forwarded_over_direct": fwd["rps"] / owner["rps"]}, indent=2)
+                      if args.json else table)
                 return
             rows: list[dict[str, Any]] = []
-            for members in (2, 3):
+            for members in (3,) if args.handoffs_only else (2, 3):
                 for node in nodes[:members]:
                     if not node.running():
                         node.start()
@@ -738,7 +738,8 @@ def main() -> None:
                 wait_serving(owner)
                 log(f"{members} nodes up, view epoch {view['epoch']}, owner of "
                     f"{STRICT_KEY!r}: {owner.name}")
-                rows += throughput(args, nodes, view)
+                if not args.handoffs_only:
+                    rows += throughput(args, nodes, view)
             drills = handoffs(args, nodes, config)
             for node in nodes:
                 node.stop()
@@ -754,7 +755,7 @@ def main() -> None:
             "repeats": args.repeats,
             "threads": args.threads, "duration": args.duration, "quick": args.quick,
             "cores": len(os.sched_getaffinity(0)), "load_before": load_before,
-            "load_after": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+            "load_after": load_average(),
             "seconds": time.monotonic() - started,
             "concurrency": f"{args.procs} client processes x {args.threads} threads"}
     data["table"] = tables(data)

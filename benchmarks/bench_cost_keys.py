@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from _common import emit, pyplot, save_plot
 from sqlalchemy import create_engine, func, insert
 
 from flakekit.generators.segment import SegmentSettings
@@ -193,14 +193,8 @@ def table(rows: list[dict], max_served: int | None, where: str | None = None) ->
 
 
 def plot(rows: list[dict]) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed (pip install -e '.[benchmarks]'); no PNG",
-              file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return None
     keys = [r["keys"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
@@ -224,16 +218,14 @@ def plot(rows: list[dict]) -> str | None:
         ax.grid(True, alpha=0.3)
     axes[2].set_xlabel("keys served")
     fig.suptitle("SegmentService on SQLite: cost as keys grow")
-    fig.tight_layout()
-    IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMAGE, dpi=90)
-    plt.close(fig)
-    return str(IMAGE)
+    return save_plot(plt, fig, IMAGE)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="up to 10,000 keys")
+    parser.add_argument("--sizes", default=None, help="keys in the table, comma-separated "
+                        "(default 10,100,1000,10000,100000)")
     parser.add_argument("--max-served", type=int, default=None,
                         help="serve at most this many keys (default: all of them)")
     parser.add_argument("--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else None,
@@ -242,17 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
-    sizes = [10, 100, 1_000, 10_000] + ([] if args.quick else [100_000])
+    sizes = ([int(n) for n in args.sizes.split(",")] if args.sizes
+             else [10, 100, 1_000, 10_000] + ([] if args.quick else [100_000]))
     max_served = args.max_served
     rows = measure(sizes, max_served, args.dir)
     image = None if args.no_plot else plot(rows)
-    if args.json:
-        print(json.dumps({"rows": rows, "max_served": max_served, "image": image,
-                          "dir": args.dir, "table": table(rows, max_served, args.dir)}, indent=2))
-    else:
-        print(table(rows, max_served, args.dir))
-        if image:
-            print(f"\nplot: {image}")
+    emit({"rows": rows, "max_served": max_served, "dir": args.dir},
+         table(rows, max_served, args.dir), image, args.json)
     return 0
 
 

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
+from _common import emit, pyplot, save_plot, start_together, time_acquire
 from sqlalchemy import create_engine
 
 from flakekit.leases.lease import LeaseRequest
@@ -76,10 +74,7 @@ def fill_curve(url: str, rounds: int) -> list[dict]:
             times = []
             probe = allocator(engine, 60_000)
             for _ in range(rounds):
-                t = time.perf_counter()
-                lease = probe.acquire(req)
-                times.append(time.perf_counter() - t)
-                probe.release(lease, 0)
+                time_acquire(probe, req, times)
             times.sort()
             rows.append({"taken": level, "median_ms": statistics.median(times) * 1e3,
                          "p90_ms": times[min(len(times) - 1, int(len(times) * 0.9))] * 1e3})
@@ -93,30 +88,8 @@ def starters(url: str, count: int = 256, pool: int = 40) -> dict:
     init_schema(engine, "workers")
     req = LeaseRequest("bench", MAX_ID, "", 0)
     allocators = [allocator(engine, i) for i in range(count)]
-    barrier = threading.Barrier(count + 1)
-    took: list[float] = []
-    got: list[int] = []
-    errors: list[str] = []
-
-    def run(a: SqlWorkerAllocator) -> None:
-        barrier.wait()
-        t = time.perf_counter()
-        try:
-            got.append(a.acquire(req).worker_id)
-        except Exception as exc:  # noqa: BLE001 - counted and shown
-            errors.append(f"{type(exc).__name__}: {exc}"[:200])
-        took.append(time.perf_counter() - t)
-
-    threads = [threading.Thread(target=run, args=(a,)) for a in allocators]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
+    took, got, errors, wall = start_together(lambda a: a.acquire(req).worker_id, allocators)
     engine.dispose()
-    took.sort()
     return {"starters": count, "pool": pool, "wall_ms": wall * 1e3,
             "acquires_per_s": len(got) / wall, "median_ms": statistics.median(took) * 1e3,
             "p90_ms": took[int(len(took) * 0.9)] * 1e3, "max_ms": took[-1] * 1e3,
@@ -175,14 +148,8 @@ def report(curves: dict[str, list[dict]], crowd: dict[str, dict]) -> str:
 
 
 def plot(curves: dict[str, list[dict]]) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed (pip install -e '.[benchmarks]'); no PNG",
-              file=sys.stderr)
+    plt = pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, rows in curves.items():
@@ -195,11 +162,7 @@ def plot(curves: dict[str, list[dict]]) -> str | None:
     ax.set_title("SQL worker registry: acquire as it fills")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(IMAGE, dpi=90)
-    plt.close(fig)
-    return str(IMAGE)
+    return save_plot(plt, fig, IMAGE)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,13 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     text = report(curves, crowd)
     if skipped:
         text += "\n\nSkipped: " + "; ".join(skipped)
-    if args.json:
-        print(json.dumps({"curves": curves, "starters": crowd, "skipped": skipped,
-                          "rounds": rounds, "image": image, "table": text}, indent=2))
-    else:
-        print(text)
-        if image:
-            print(f"\nplot: {image}")
+    emit({"curves": curves, "starters": crowd, "skipped": skipped, "rounds": rounds},
+         text, image, args.json)
     return 0
 
 

@@ -24,9 +24,7 @@ import datetime as dt
 import importlib
 import importlib.util
 import io
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from _common import add_switches, fmt_rate, md_table, print_results, python_label
 
 CHUNK_SECONDS = 0.1
 
@@ -152,29 +151,17 @@ def bench(repeats: int, seconds: float) -> list[Result]:
         ).start()
 
     # -- flakekit ------------------------------------------------------------------------
-    gen = flakekit_gen()
-    check = Check()
-    res = run("flakekit next_id() (snowflake, monotonic, static)", gen.next_id,
-              cap=snowflake_cap, check=check.ids, **opts)
-    res.checked = check.summary()
-    results.append(res)
-    gen.close()
-
-    gen = flakekit_gen()
-    check = Check()
-    res = run("flakekit next_ids(1000)", gen.next_ids, arg=1000, per_call=1000,
-              cap=snowflake_cap, check=check.batches, **opts)
-    res.checked = check.summary()
-    results.append(res)
-    gen.close()
-
-    gen = flakekit_gen()
-    check = Check()
-    res = run("flakekit next_ids(1_000_000)", gen.next_ids, arg=1_000_000, per_call=1_000_000,
-              cap=snowflake_cap, check=check.batches, **opts)
-    res.checked = check.summary()
-    results.append(res)
-    gen.close()
+    for label, arg in (("flakekit next_id() (snowflake, monotonic, static)", None),
+                       ("flakekit next_ids(1000)", 1000),
+                       ("flakekit next_ids(1_000_000)", 1_000_000)):
+        gen = flakekit_gen()
+        check = Check()
+        res = run(label, gen.next_id if arg is None else gen.next_ids, arg=arg,
+                  per_call=arg or 1, cap=snowflake_cap,
+                  check=check.ids if arg is None else check.batches, **opts)
+        res.checked = check.summary()
+        results.append(res)
+        gen.close()
 
     # -- flakeid -------------------------------------------------------------------------
     try:
@@ -338,12 +325,7 @@ def compare_table(ref: str, rows: list[tuple[str, dict[str, Result]]]) -> str:
              paired(r["this"].cpu_rates, r["ref"].cpu_rates),
              paired(r["ref again"].rates, r["ref"].rates),
              paired(r["ref again"].cpu_rates, r["ref"].cpu_rates)) for label, r in rows]
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                for i, (c, w) in enumerate(zip(row, widths))) + " |"
-              for row in body]
+    lines = md_table(header, body)
     notes = [f"* {res.name}: {res.checked}" for _, r in rows for res in r.values()]
     notes.append("* control: a second copy of the ref against the ref (the noise of this "
                  "run); this/ref and control are medians of per-round ratios")
@@ -360,16 +342,6 @@ def skipped(peer: str) -> None:
 SKIPPED: list[str] = []
 
 
-def fmt_rate(value: float | None) -> str:
-    if value is None:
-        return "none"
-    if value >= 1e6:
-        return f"{value / 1e6:.2f}M"
-    if value >= 1e3:
-        return f"{value / 1e3:.1f}k"
-    return f"{value:.0f}"
-
-
 def table(results: list[Result]) -> str:
     by_name = {r.name: r for r in results}
     base_flakeid = by_name.get("flakeid make_generator(PRESET_TWITTER).next_id")
@@ -384,26 +356,36 @@ def table(results: list[Result]) -> str:
             f"{r.best / base_flakekit.best:.2f}x",
             fmt_rate(r.cap),
         ))
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c,
-                                                                   w) in enumerate(zip(row, widths))
-        ) + " |")
+    lines = md_table(header, rows)
     notes = [f"* {r.name}: {r.checked or r.note}" + (f"; {r.note}" if r.checked and r.note else "")
              for r in results if r.checked or r.note]
     return "\n".join(lines + [""] + notes)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="3 repeats of ~0.3 s instead of 5 of ~1 s")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+def add_timing_switches(parser: argparse.ArgumentParser) -> None:
+    """--quick, --json, --repeats and --seconds (this script's and bench_workers_n.py's)."""
+    add_switches(parser, quick="3 repeats of ~0.3 s instead of 5 of ~1 s")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=None)
+
+
+def run_rows(args: argparse.Namespace, bench: Callable[[int, float], list[Result]],
+             to_json: Callable[[Result], dict[str, Any]], unit: str,
+             table: Callable[[list[Result]], str], **extra: Any) -> int:
+    """Time ``bench``'s rows (best of ``--repeats`` x ``--seconds``) and print them; 1 if
+    a check of the IDs failed."""
+    repeats = args.repeats or (3 if args.quick else 5)
+    seconds = args.seconds or (0.3 if args.quick else 1.0)
+    results = bench(repeats, seconds)
+    print_results(args.json, {"repeats": repeats, "seconds": seconds, **extra,
+                              "results": [to_json(r) for r in results]},
+                  f"best of {repeats} x ~{seconds:g} s per {unit}", table(results))
+    return 1 if any(r.checked.startswith("FAILED") for r in results) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_timing_switches(parser)
     parser.add_argument("--compare-ref", metavar="REF", default=None,
                         help="time this tree's snowflake generator against the one at git "
                              "REF (e.g. main), alternating; no peers")
@@ -413,29 +395,16 @@ def main(argv: list[str] | None = None) -> int:
         seconds = args.seconds or 0.2
         rows = compare(args.compare_ref, repeats, seconds)
         load = os.getloadavg()
-        print(f"CPython {sys.version.split()[0]} on {platform.machine()}, {repeats} repeats "
+        print(f"{python_label()}, {repeats} repeats "
               f"x ~{seconds:g} s per side, alternating; load average "
               f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
         print(compare_table(args.compare_ref, rows))
         return 1 if any(res.checked.startswith("FAILED")
                         for _, r in rows for res in r.values()) else 0
-    repeats = args.repeats or (3 if args.quick else 5)
-    seconds = args.seconds or (0.3 if args.quick else 1.0)
-    results = bench(repeats, seconds)
-    failed = any(r.checked.startswith("FAILED") for r in results)
-    if args.json:
-        print(json.dumps({
-            "python": sys.version.split()[0], "machine": platform.machine(),
-            "repeats": repeats, "seconds": seconds, "skipped": SKIPPED,
-            "results": [{"name": r.name, "best": r.best, "median": r.median,
-                         "ns_per_id": 1e9 / r.best, "rates": r.rates, "cap": r.cap,
-                         "checked": r.checked, "note": r.note} for r in results],
-        }, indent=2))
-    else:
-        print(f"CPython {sys.version.split()[0]} on {platform.machine()}, best of {repeats} "
-              f"x ~{seconds:g} s per generator\n")
-        print(table(results))
-    return 1 if failed else 0
+    return run_rows(args, bench, lambda r: {
+        "name": r.name, "best": r.best, "median": r.median, "ns_per_id": 1e9 / r.best,
+        "rates": r.rates, "cap": r.cap, "checked": r.checked, "note": r.note},
+        "generator", table, skipped=SKIPPED)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import statistics
 import time
 from collections.abc import Callable
 
+from _common import add_numbers
+
 from flakekit.values.cluster import Member, View
 from flakekit.values.owners import HASH_NAME, OwnerMap, _best, _points, owner_of
 
@@ -45,9 +47,8 @@ def members(n: int) -> tuple[Member, ...]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=0.5, help="per repeat (default 0.5)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--keys", type=int, default=1000, help="distinct keys looked up")
+    add_numbers(parser, {"seconds": "per repeat (default 0.5)", "keys": "distinct keys looked up"},
+                seconds=0.5, repeats=5, keys=1000)
     args = parser.parse_args()
     keys = [f"biz_tag_{i}" for i in range(args.keys)]
 

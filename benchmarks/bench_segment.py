@@ -18,6 +18,7 @@ import json
 import tempfile
 import time
 
+from _common import add_switches, best_rate
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
@@ -37,23 +38,18 @@ def say(*args: object) -> None:
 
 def rate(fn, n: int) -> float:
     """Calls per second of ``fn`` over ``n`` calls (best of 3)."""
-    best = 0.0
-    for _ in range(3):
-        t0 = time.perf_counter()
+    def loop() -> None:
         for _ in range(n):
             fn()
-        best = max(best, n / (time.perf_counter() - t0))
-    return best
+    return best_rate(loop, n)
 
 
 def batch_rate(fn, size: int, calls: int) -> float:
-    best = 0.0
-    for _ in range(3):
-        t0 = time.perf_counter()
+    """IDs per second of ``fn(size)`` over ``calls`` calls (best of 3)."""
+    def loop() -> None:
         for _ in range(calls):
             fn(size)
-        best = max(best, size * calls / (time.perf_counter() - t0))
-    return best
+    return best_rate(loop, size * calls)
 
 
 def throughput(n: int) -> dict[str, float]:
@@ -142,8 +138,7 @@ def main() -> None:
                         help="cap of the dynamic step (Leaf's 1,000,000 cannot keep up with "
                         "~7M IDs/s when a fetch takes 200 ms)")
     parser.add_argument("--delay-ms", type=float, default=50)
-    parser.add_argument("--quick", action="store_true", help="500,000 calls per run, not millions")
-    parser.add_argument("--json", action="store_true", help="print one JSON document, no tables")
+    add_switches(parser, quick="500,000 calls per run, not millions")
     args = parser.parse_args()
     global QUIET
     QUIET = args.json

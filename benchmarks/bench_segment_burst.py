@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from _common import add_numbers
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
@@ -85,14 +86,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
                         help="admin URL of PostgreSQL or MariaDB")
-    parser.add_argument("--delay-ms", type=float, default=50)
-    parser.add_argument("--step", type=int, default=1000, help="the key's table step")
-    parser.add_argument("--calm-rate", type=int, default=10_000)
-    parser.add_argument("--burst-rate", type=int, default=5_000_000)
-    parser.add_argument("--calm-s", type=float, default=1.0)
-    parser.add_argument("--burst-s", type=float, default=2.0)
-    parser.add_argument("--hunger-max", type=int, default=16)
-    parser.add_argument("--chunk", type=int, default=500, help="calls per try_next_ids()")
+    add_numbers(parser, {"step": "the key's table step", "chunk": "calls per try_next_ids()"},
+                delay_ms=50.0, step=1000, calm_rate=10_000, burst_rate=5_000_000, calm_s=1.0,
+                burst_s=2.0, hunger_max=16, chunk=500)
     args = parser.parse_args()
     with fresh_database(args.url) as url:
         rows = {label: one_run(url, hunger, args) for label, hunger in

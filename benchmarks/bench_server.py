@@ -1,7 +1,10 @@
 """Benchmark `flakekit serve` with wrk on loopback, against the same service on uvicorn.
 
     .venv/bin/python benchmarks/bench_server.py [--workers 2] [--duration 10] \\
-        [--stacks flakekit,uvicorn]
+        [--stacks flakekit,uvicorn] [--json]
+
+``--json`` prints one JSON document (each stack's numbers, the settings, and the text table
+under ``table``) instead of the table; ``run_all.py`` reads issue 24's figures from it.
 
 For each stack it starts the server (N processes, each with its own worker lease from a
 SQLite file), then runs wrk (Debian's ``wrk``; ``apt-get install wrk``):
@@ -47,6 +50,8 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+from _common import add_numbers, load_average, percentile_ms
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -130,11 +135,14 @@ def start(stack: str, config: Path, port: int, workers: int, log) -> subprocess.
 def wrk(url: str, *, threads: int, connections: int, duration: float, script: Path,
         delay_ms: int = 0) -> dict:
     env = {**os.environ, "FK_DELAY_MS": str(delay_ms)}
-    out = subprocess.run(
+    done = subprocess.run(
         ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration:g}s", "-s", str(script), url],
         capture_output=True, text=True, env=env, timeout=duration + 60,
-    ).stdout
-    line = next(ln for ln in out.splitlines() if ln.startswith("FKSTAT"))
+    )
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("FKSTAT")), None)
+    if line is None:
+        raise SystemExit(f"wrk gave no statistics for {url} (exit status {done.returncode}):\n"
+                         f"{done.stdout[-1000:]}{done.stderr[-1000:]}")
     requests, duration_us, errors, non2xx, p50, p99, p999, top = map(int, line.split()[1:])
     return {"requests": requests, "rps": requests / (duration_us / 1e6), "errors": errors,
             "non2xx": non2xx, "p50_ms": p50 / 1e3, "p99_ms": p99 / 1e3, "p999_ms": p999 / 1e3,
@@ -171,17 +179,22 @@ def bench(stack: str, args, config: Path, script: Path, log) -> dict:
 
 
 # -- --mixed: single IDs beside 100k batches, batches on the loop vs in a thread ----------------
+def _timed_get(conn: http.client.HTTPConnection, path: str, out: list[float], what: str) -> None:
+    """One GET on ``conn``, its seconds appended to ``out``; not 200: exit."""
+    t0 = time.perf_counter()
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    resp.read()
+    out.append(time.perf_counter() - t0)
+    if resp.status != 200:
+        raise SystemExit(f"{what} request answered {resp.status}")
+
+
 def _single_client(port: int, interval: float, stop: threading.Event, out: list[float]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     next_at = time.perf_counter()
     while not stop.is_set():
-        t0 = time.perf_counter()
-        conn.request("GET", "/api/snowflake/get/orders")
-        resp = conn.getresponse()
-        resp.read()
-        out.append(time.perf_counter() - t0)
-        if resp.status != 200:
-            raise SystemExit(f"single-ID request answered {resp.status}")
+        _timed_get(conn, "/api/snowflake/get/orders", out, "single-ID")
         next_at += interval
         delay = next_at - time.perf_counter()
         if delay > 0:
@@ -196,19 +209,12 @@ def _batch_client(port: int, count: int, until: float, queue) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     out: list[float] = []
     while time.perf_counter() < until:
-        t0 = time.perf_counter()
-        conn.request("GET", f"/api/v1/next/orders?count={count}")
-        resp = conn.getresponse()
-        resp.read()
-        out.append(time.perf_counter() - t0)
-        if resp.status != 200:
-            raise SystemExit(f"batch request answered {resp.status}")
+        _timed_get(conn, f"/api/v1/next/orders?count={count}", out, "batch")
     queue.put(out)
 
 
 def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3 if ordered else float("nan")
+    return percentile_ms(values, q, empty=float("nan"))
 
 
 def mixed_run(config: Path, port: int, offload: int | None, args, log, batchers: int,
@@ -278,19 +284,57 @@ def mixed(args, config: Path, log) -> None:
                for name, offload, batchers in runs]
     cores = len(os.sched_getaffinity(0))
     client = "wrk with a think time of" if script else "Python threads paced at"
-    print(f"single IDs from {client} {args.mixed_clients / args.mixed_rate * 1e3:g} ms per "
-          f"connection (about {args.mixed_rate} req/s over {args.mixed_clients} connections), "
-          f"beside {args.mixed_batchers} client(s) asking for {args.mixed_batch:,} IDs at a time; "
-          f"1 server process, {cores} cores, {args.duration:g} s per run")
-    print(f"{'run':<8} {'batches':<22} {'singles/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'p99.9 ms':>8} {'max ms':>7} | {'batches':>7} {'batch p50 ms':>12}")
+    lines = [
+        f"single IDs from {client} {args.mixed_clients / args.mixed_rate * 1e3:g} ms per "
+        f"connection (about {args.mixed_rate} req/s over {args.mixed_clients} connections), "
+        f"beside {args.mixed_batchers} client(s) asking for {args.mixed_batch:,} IDs at a time; "
+        f"1 server process, {cores} cores, {args.duration:g} s per run",
+        f"{'run':<8} {'batches':<22} {'singles/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'p99.9 ms':>8} {'max ms':>7} | {'batches':>7} {'batch p50 ms':>12}"]
     label = {"alone": "none", "before": "on the loop, whole", "after": "off the loop, sliced"}
     for name, r in results:
-        print(f"{name:<8} {label[name]:<22} {r['rps']:>9,.0f} {r['p50_ms']:>7.2f} "
-              f"{r['p99_ms']:>7.2f} {r['p999_ms']:>8.2f} {r['max_ms']:>7.1f} | "
-              f"{r['batches']:>7} {r['batch_p50_ms']:>12.1f}")
-    if args.json:
-        print(json.dumps(dict(results), indent=2))
+        lines.append(f"{name:<8} {label[name]:<22} {r['rps']:>9,.0f} {r['p50_ms']:>7.2f} "
+                     f"{r['p99_ms']:>7.2f} {r['p999_ms']:>8.2f} {r['max_ms']:>7.1f} | "
+                     f"{r['batches']:>7} {r['batch_p50_ms']:>12.1f}")
+    text = "\n".join(lines)
+    print(json.dumps({"runs": dict(results), "table": text}, indent=2) if args.json else text)
+
+
+def server_table(results: list[dict], args, load_before: str) -> str:
+    """The text table of a run: one line per stack, then the flakekit/uvicorn ratios."""
+    cores = len(os.sched_getaffinity(0))
+    cap = args.workers * args.batch_workers * 4_096_000
+    lines = [
+        f"flakekit-server benchmark: {args.workers} server processes, {cores} cores, "
+        f"wrk -t{args.threads}, {args.duration:g} s per run, loopback; load average "
+        f"{load_before} before, {load_average()} after; batch generator cap "
+        f"{cap / 1e6:.1f}M IDs/s ({args.batch_workers} worker ids per process)",
+        f"{'stack':<10} {'single req/s':>13} {'p99.9 ms':>9} | paced {args.rate} req/s: "
+        f"{'achieved':>9} {'p50 ms':>7} {'p99 ms':>7} {'p99.9 ms':>8} {'max ms':>7} | "
+        f"batch x{args.batch}: {'IDs/s':>11} {'p99 ms':>7}"]
+    for r in results:
+        f, p, b = r["full"], r["paced"], r["batch"]
+        lines.append(f"{r['stack']:<10} {f['rps']:>13,.0f} {f['p999_ms']:>9.2f} | "
+                     f"{'':>{len(str(args.rate)) + 13}}{p['rps']:>9,.0f} {p['p50_ms']:>7.2f} "
+                     f"{p['p99_ms']:>7.2f} {p['p999_ms']:>8.2f} {p['max_ms']:>7.1f} | "
+                     f"{'':>9}{b['ids_per_s']:>11,.0f} {b['p99_ms']:>7.2f}")
+        bad = sum(x["errors"] + x["non2xx"] for x in (f, p, b))
+        if bad:
+            lines.append(f"  {r['stack']}: {bad} errors or non-2xx answers")
+    if len(results) > 1:
+        ratio = results[0]["full"]["rps"] / results[1]["full"]["rps"]
+        batches = results[0]["batch"]["ids_per_s"] / results[1]["batch"]["ids_per_s"]
+        lines.append(f"{results[0]['stack']} / {results[1]['stack']} single-ID throughput: "
+                     f"{ratio:.2f}x; batches: {batches:.2f}x")
+    return "\n".join(lines)
+
+
+def server_json(results: list[dict], args, load_before: str) -> dict:
+    """``--json``: the stacks' numbers, the settings and the text table under "table"."""
+    return {"stacks": results, "workers": args.workers, "duration": args.duration,
+            "rate": args.rate, "batch": args.batch, "batch_workers": args.batch_workers,
+            "connections": args.connections, "load_before": load_before,
+            "table": server_table(results, args, load_before)}
 
 
 def main() -> None:
@@ -306,13 +350,12 @@ def main() -> None:
                         help="worker ids of the batch generator per server process (default 4)")
     parser.add_argument("--port", type=int, default=18765)
     parser.add_argument("--stacks", default="flakekit,uvicorn")
-    parser.add_argument("--json", action="store_true", help="print JSON too")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON instead (the text table under 'table')")
     parser.add_argument("--mixed", action="store_true",
                         help="single-ID latency beside 100k batches, before/after offloading")
-    parser.add_argument("--mixed-rate", type=int, default=2000, help="paced single IDs, req/s")
-    parser.add_argument("--mixed-clients", type=int, default=8)
-    parser.add_argument("--mixed-batchers", type=int, default=2)
-    parser.add_argument("--mixed-batch", type=int, default=100_000)
+    add_numbers(parser, {"mixed_rate": "paced single IDs, req/s"}, mixed_rate=2000,
+                mixed_clients=8, mixed_batchers=2, mixed_batch=100_000)
     args = parser.parse_args()
     if args.mixed:
         tmp = Path(tempfile.mkdtemp(prefix="fk-bench-server-"))
@@ -341,34 +384,12 @@ def main() -> None:
         script = tmp / "stats.lua"
         script.write_text(LUA)
         results = []
+        load_before = load_average()
         with open(tmp / "server.log", "wb") as log:
             for stack in args.stacks.split(","):
                 results.append(bench(stack.strip(), args, config, script, log))
-        cores = len(os.sched_getaffinity(0))
-        cap = args.workers * args.batch_workers * 4_096_000
-        print(f"flakekit-server benchmark: {args.workers} server processes, {cores} cores, "
-              f"wrk -t{args.threads}, {args.duration:g} s per run, loopback; load average "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; batch generator cap "
-              f"{cap / 1e6:.1f}M IDs/s ({args.batch_workers} worker ids per process)")
-        print(f"{'stack':<10} {'single req/s':>13} {'p99.9 ms':>9} | paced {args.rate} req/s: "
-              f"{'achieved':>9} {'p50 ms':>7} {'p99 ms':>7} {'p99.9 ms':>8} {'max ms':>7} | "
-              f"batch x{args.batch}: {'IDs/s':>11} {'p99 ms':>7}")
-        for r in results:
-            f, p, b = r["full"], r["paced"], r["batch"]
-            print(f"{r['stack']:<10} {f['rps']:>13,.0f} {f['p999_ms']:>9.2f} | "
-                  f"{'':>{len(str(args.rate)) + 13}}{p['rps']:>9,.0f} {p['p50_ms']:>7.2f} "
-                  f"{p['p99_ms']:>7.2f} {p['p999_ms']:>8.2f} {p['max_ms']:>7.1f} | "
-                  f"{'':>9}{b['ids_per_s']:>11,.0f} {b['p99_ms']:>7.2f}")
-            bad = sum(x["errors"] + x["non2xx"] for x in (f, p, b))
-            if bad:
-                print(f"  {r['stack']}: {bad} errors or non-2xx answers")
-        if len(results) > 1:
-            ratio = results[0]["full"]["rps"] / results[1]["full"]["rps"]
-            batches = results[0]["batch"]["ids_per_s"] / results[1]["batch"]["ids_per_s"]
-            print(f"{results[0]['stack']} / {results[1]['stack']} single-ID throughput: "
-                  f"{ratio:.2f}x; batches: {batches:.2f}x")
-        if args.json:
-            print(json.dumps(results, indent=2))
+        print(json.dumps(server_json(results, args, load_before), indent=2) if args.json
+              else server_table(results, args, load_before))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

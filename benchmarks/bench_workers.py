@@ -21,10 +21,10 @@ import argparse
 import os
 import statistics
 import tempfile
-import threading
 import time
 import uuid
 
+from _common import start_together, time_acquire
 from sqlalchemy import create_engine
 
 from flakekit.builtin.static import StaticAllocator, StaticSettings
@@ -53,10 +53,7 @@ def bench_single(label: str, url: str, rounds: int = 200) -> None:
     for i in range(rounds):
         a = alloc(engine, i % 64)  # 64 host identities: reuse after release, like restarts
         a.ensure_schema()
-        t0 = time.perf_counter()
-        lease = a.acquire(req)
-        times.append(time.perf_counter() - t0)
-        a.release(lease, 0)
+        time_acquire(a, req, times)
     engine.dispose()
     times.sort()
     print(f"acquire (single, {label}): median {statistics.median(times) * 1e3:.2f} ms, "
@@ -70,27 +67,9 @@ def bench_concurrent(url: str, starters: int = 256, pool: int = 40) -> None:
     allocators = [alloc(engine, i) for i in range(starters)]
     for a in allocators:
         a.ensure_schema()
-    barrier = threading.Barrier(starters + 1)
-    took: list[float] = []
-    got: list[int] = []
-
-    def run(a: SqlWorkerAllocator) -> None:
-        barrier.wait()
-        t0 = time.perf_counter()
-        got.append(a.acquire(req).worker_id)
-        took.append(time.perf_counter() - t0)
-
-    threads = [threading.Thread(target=run, args=(a,)) for a in allocators]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
+    took, got, errors, wall = start_together(lambda a: a.acquire(req).worker_id, allocators)
     engine.dispose()
-    took.sort()
-    assert sorted(got) == list(range(starters)), "duplicate or missing worker ids!"
+    assert sorted(got) == list(range(starters)), f"duplicate or missing worker ids! {errors[:3]}"
     print(f"acquire ({starters} concurrent starters, PostgreSQL, pool {pool}): all done in "
           f"{wall * 1e3:.0f} ms ({starters / wall:.0f} acquires/s); per starter median "
           f"{statistics.median(took) * 1e3:.0f} ms, max {took[-1] * 1e3:.0f} ms; ids distinct")

@@ -17,6 +17,7 @@ import json
 import statistics
 import time
 
+from _common import add_switches
 from sqlalchemy import create_engine, text
 
 from flakekit.leases.lease import LeaseRequest
@@ -62,8 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--quick", action="store_true", help="5 runs instead of 20")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_switches(parser, quick="5 runs instead of 20")
     args = parser.parse_args()
     if args.quick:
         args.runs = min(args.runs, 5)

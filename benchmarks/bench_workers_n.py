@@ -16,15 +16,14 @@ one-line way to get the 64 ids; with ``sql`` it is ``workers = 64``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_ids import Check, Result, fmt_rate, run
+from _common import fmt_rate, md_table
+from bench_ids import Check, Result, add_timing_switches, run, run_rows
 
 
 def bench(repeats: int, seconds: float) -> list[Result]:
@@ -72,39 +71,19 @@ def table(results: list[Result]) -> str:
     rows = [(r.name, fmt_rate(r.best), fmt_rate(r.median), f"{1e9 / r.best:,.0f}",
              fmt_rate(r.cap), f"{100 * r.best / r.cap:.1f}%" if r.cap else "-",
              f"{r.best / 4_096_000:.2f}x") for r in results]
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
-                               for i, (c, w) in enumerate(zip(row, widths))) + " |"
-              for row in rows]
+    lines = md_table(header, rows)
     notes = [f"* {r.name}: {r.checked}" for r in results if r.checked]
     return "\n".join([*lines, "", *notes])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="3 repeats of ~0.3 s")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--seconds", type=float, default=None)
+    add_timing_switches(parser)
     args = parser.parse_args(argv)
-    repeats = args.repeats or (3 if args.quick else 5)
-    seconds = args.seconds or (0.3 if args.quick else 1.0)
-    results = bench(repeats, seconds)
-    failed = any(r.checked.startswith("FAILED") for r in results)
-    if args.json:
-        print(json.dumps({
-            "python": sys.version.split()[0], "machine": platform.machine(),
-            "results": [{"name": r.name, "best": r.best, "median": r.median, "cap": r.cap,
-                         "share_of_cap": r.best / r.cap if r.cap else None,
-                         "checked": r.checked} for r in results],
-        }, indent=2))
-    else:
-        print(f"CPython {sys.version.split()[0]} on {platform.machine()}, best of {repeats} "
-              f"x ~{seconds:g} s per row\n")
-        print(table(results))
-    return 1 if failed else 0
+    return run_rows(args, bench, lambda r: {
+        "name": r.name, "best": r.best, "median": r.median, "cap": r.cap,
+        "share_of_cap": r.best / r.cap if r.cap else None, "checked": r.checked},
+        "row", table)
 
 
 if __name__ == "__main__":

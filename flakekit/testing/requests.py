@@ -1,10 +1,13 @@
-"""Request builders for lease tests: one place for the fields a test does not care about."""
+"""Request builders for lease tests: one place for the fields a test does not care about;
+and ``http_get``, one plain HTTP GET for tests and benchmarks that talk to a server."""
 
 from __future__ import annotations
 
+import http.client
+
 from flakekit.leases.lease import LeaseRequest
 
-__all__ = ["DRILL_HOST", "DRILL_PORT", "lease_request"]
+__all__ = ["DRILL_HOST", "DRILL_PORT", "http_get", "lease_request"]
 
 #: the host and port a drill reports (a documentation-only address, never dialled)
 DRILL_HOST = "10.9.8.7"
@@ -15,3 +18,16 @@ def lease_request(max_worker_id: int = 1023, service: str = "t", host: str = DRI
                   port: int = DRILL_PORT) -> LeaseRequest:
     """A LeaseRequest for ids 0..max_worker_id of ``service`` from the drill's address."""
     return LeaseRequest(service, max_worker_id, host, port)
+
+
+def http_get(port: int, path: str, timeout: float = 5,
+             host: str = "127.0.0.1") -> tuple[int, dict[str, str], bytes]:
+    """GET ``path`` from ``host:port`` on a connection of its own: the status, the headers
+    (names in lower case) and the body."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()

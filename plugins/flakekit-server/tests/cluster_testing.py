@@ -33,6 +33,7 @@ from server_testing import Server, create_keys, fresh_pg, run_cli
 
 from flakekit.testing.databases import free_port, proxied
 from flakekit.testing.proxy import TcpProxy
+from flakekit.testing.requests import http_get
 
 __all__ = ["Cluster", "Node", "Process", "Record", "Recorder", "check_i1", "check_i2",
            "cluster_config",
@@ -106,13 +107,7 @@ class Process:
     port: int
 
     def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-        finally:
-            conn.close()
+        return http_get(self.port, path, timeout=10)
 
 
 @attrs.define
