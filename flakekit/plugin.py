@@ -106,6 +106,7 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         Locates,
         NamesLayout,
         NonBlocking,
+        NonBlockingKeys,
         OrdersKeys,
         PeriodStore,
         PollsView,
@@ -203,7 +204,8 @@ _FROM = {
     "flakekit.pluginhost.contracts": (
         "Allocation", "CountsWorkers", "Describes", "FixedWorker", "FormatsIds", "Generator",
         "GeneratorInfo", "HasKey", "HasLayout", "HasStats", "IssuesIds", "LapseMeansStopped",
-        "LeaseTarget", "ListsKeys", "Locates", "NamesLayout", "NonBlocking", "OrdersKeys",
+        "LeaseTarget", "ListsKeys", "Locates", "NamesLayout", "NonBlocking", "NonBlockingKeys",
+        "OrdersKeys",
         "PeriodStore", "PollsView", "SegmentStore", "ServeShare", "SeveralLeases",
         "StatsRecord", "TellsStalls", "WorkerAllocator", "check_contract"
     ),
