@@ -30,7 +30,10 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.cli import (
         config_option,
     )
-    from flakekit.cluster.membership import (
+    from flakekit.cluster.settings import (
+        ClusterSettings,
+    )
+    from flakekit.cluster.store_contracts import (
         MAX_WEIGHT,
         JoinRequest,
         KeyClaim,
@@ -40,9 +43,6 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         Membership,
         check_key_segment,
         proposed_members,
-    )
-    from flakekit.cluster.settings import (
-        ClusterSettings,
     )
     from flakekit.errors import (
         BackendError,
@@ -185,7 +185,7 @@ _FROM = {
     "flakekit.assembly.context": ("BuildContext", "Part"),
     "flakekit.assembly.settings": ("PluginRef", "plugin_ref"),
     "flakekit.cli": ("config_option",),
-    "flakekit.cluster.membership": (
+    "flakekit.cluster.store_contracts": (
         "MAX_WEIGHT", "JoinRequest", "KeyClaim", "KeyFence", "KeyOwnerRecord", "MemberLease",
         "Membership", "check_key_segment", "proposed_members"
     ),

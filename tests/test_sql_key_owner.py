@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from flakekit.cluster.membership import KeyClaim, KeyFence
+from flakekit.cluster.store_contracts import KeyClaim, KeyFence
 from flakekit.errors import BackendError, FenceError, SegmentRowError
 from flakekit.sql import schema
 from flakekit.sql.backends import BackendPool, BackendSettings

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
 
-from flakekit.cluster.membership import JoinRequest, MemberLease
+from flakekit.cluster.store_contracts import JoinRequest, MemberLease
 from flakekit.errors import BackendError, SchemaError
 from flakekit.sql import schema
 from flakekit.sql.backends import BackendPool, BackendSettings

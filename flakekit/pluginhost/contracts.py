@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from flakekit.cluster.membership import (
+from flakekit.cluster.store_contracts import (
     KeyFence,
     LapseMeansStopped,
     Membership,

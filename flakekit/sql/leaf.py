@@ -55,7 +55,7 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from flakekit.cluster.membership import KeyClaim, KeyOwnerRecord
+from flakekit.cluster.store_contracts import KeyClaim, KeyOwnerRecord
 from flakekit.errors import (
     BackendError,
     ConfigError,

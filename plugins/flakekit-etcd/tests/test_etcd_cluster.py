@@ -20,9 +20,9 @@ import pytest
 from etcdhelpers import etcdctl
 from flakekit_etcd.membership import EtcdMembership
 
-from flakekit.cluster.membership import lapse_wait_ns
 from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
+from flakekit.cluster.store_contracts import lapse_wait_ns
 from flakekit.errors import ClusterUnavailableError, KeyMovingError, NotOwnerError
 from flakekit.sql import schema
 from flakekit.sql.backends import BackendPool, BackendSettings

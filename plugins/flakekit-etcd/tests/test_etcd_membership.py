@@ -27,7 +27,7 @@ from flakekit_etcd.membership import EtcdMembership
 from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, MemberTarget
-from flakekit.cluster.membership import JoinRequest, MemberLease
+from flakekit.cluster.store_contracts import JoinRequest, MemberLease
 from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostError
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost
@@ -239,7 +239,7 @@ def test_the_refusal_names_holder_and_lease(make, ns):
 
 JOINER = textwrap.dedent("""
     import sys, time
-    from flakekit.cluster.membership import JoinRequest
+    from flakekit.cluster.store_contracts import JoinRequest
     from flakekit.errors import BackendError
     from flakekit.values.clock import MonotonicClock
     from flakekit.values.cluster import Member

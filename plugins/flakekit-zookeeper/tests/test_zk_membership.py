@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 
 from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
-from flakekit.cluster.membership import JoinRequest, MemberLease
+from flakekit.cluster.store_contracts import JoinRequest, MemberLease
 from flakekit.errors import BackendError, ConfigError, FieldError, LeaseLostError
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import MembershipContract, TcpProxy
@@ -231,7 +231,7 @@ def test_a_renewal_during_a_stall_is_bounded(make, zk_hosts, ns):
 JOINER = textwrap.dedent("""
     import sys, time
     from flakekit_zookeeper.membership import ZkMembership
-    from flakekit.cluster.membership import JoinRequest
+    from flakekit.cluster.store_contracts import JoinRequest
     from flakekit.values.clock import MonotonicClock
     from flakekit.values.cluster import Member
     hosts, root, cluster, start_at = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
