@@ -7,13 +7,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
 
+from flakekit.assembly.config import Config, parse_config
 from flakekit.cluster.store_contracts import JoinRequest, MemberLease
 from flakekit.errors import BackendError, SchemaError
 from flakekit.sql import schema
@@ -160,12 +160,16 @@ class TestSchema:
         membership (the config's [cluster] section), and for nothing else."""
         backends = schema.CLUSTER.backends
         assert backends is not None
-        sql = SimpleNamespace(cluster=SimpleNamespace(
-            membership={"type": "sql", "backend": "main"}))
-        assert list(backends(sql)) == ["main"]
-        zk = SimpleNamespace(cluster=SimpleNamespace(membership={"type": "zookeeper"}))
-        assert list(backends(zk)) == []
-        assert list(backends(SimpleNamespace())) == []
+
+        def config(cluster: dict[str, object] | None) -> Config:
+            tables = {} if cluster is None else {"cluster": {"name": "ids", **cluster}}
+            return parse_config({"backends": {"main": {"url": "sqlite://"}}, **tables})
+
+        assert list(backends(config({"membership": {"type": "sql", "backend": "main"}}))) == [
+            "main"]
+        assert list(backends(config({}))) == ["default"]
+        assert list(backends(config({"membership": {"type": "zookeeper"}}))) == []
+        assert list(backends(config(None))) == []
 
 
 # -- leases ------------------------------------------------------------------------------------

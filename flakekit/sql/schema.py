@@ -52,7 +52,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from sqlalchemy import (
@@ -81,6 +81,9 @@ from sqlalchemy.exc import DBAPIError
 
 from flakekit.errors import SchemaError
 from flakekit.sql.backends import redact_url
+
+if TYPE_CHECKING:
+    from flakekit.assembly.config import Config
 
 __all__ = [
     "CLUSTER",
@@ -417,19 +420,16 @@ def _add_member_columns(conn: Connection) -> None:
                           f"{col.type.compile(dialect=conn.dialect)} NOT NULL DEFAULT {default}"))
 
 
-def _cluster_backends(config: Any) -> Iterable[str]:
-    """The backend of a config's ``[cluster] membership = {type = "sql", ...}`` (read
-    duck-typed: the config's cluster section is optional; the membership is a plugin
-    reference whose ``settings`` hold the backend, ``"default"`` when not given). The
-    key-owner table of strict generators is asked for by their segment stores."""
-    cluster = getattr(config, "cluster", None)
-    membership = getattr(cluster, "membership", None)
-    if isinstance(membership, Mapping):
-        kind, settings = membership.get("type"), membership
-    else:
-        kind, settings = getattr(membership, "type", None), getattr(membership, "settings", {})
-    backend = settings.get("backend", "default") if isinstance(settings, Mapping) else None
-    if kind == "sql" and isinstance(backend, str) and backend:
+def _cluster_backends(config: Config) -> Iterable[str]:
+    """The backend of a config's ``[cluster] membership = {type = "sql", ...}``
+    (``"default"`` when not given); none without a ``[cluster]`` or with another
+    membership. The key-owner table of strict generators is asked for by their segment
+    stores."""
+    spec = config.cluster
+    if spec is None or spec.membership.type != "sql":
+        return
+    backend = spec.membership.settings.get("backend", "default")
+    if isinstance(backend, str) and backend:
         yield backend
 
 
