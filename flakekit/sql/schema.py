@@ -81,6 +81,7 @@ from sqlalchemy.exc import DBAPIError
 
 from flakekit.errors import SchemaError
 from flakekit.sql.backends import redact_url
+from flakekit.sql.transactions import sqlite_immediate
 
 if TYPE_CHECKING:
     from flakekit.assembly.config import Config
@@ -122,37 +123,52 @@ schema_table = Table(
     Column("version", Integer, nullable=False),
 )
 
-class _TimestampType(TypeDecorator[Any]):
+
+class _PerDialect(TypeDecorator[Any]):
+    """``impl`` on most databases, another type on some (:meth:`variant`). A decorator,
+    not ``with_variant``: a dialect's own type is imported when a connection of that
+    dialect needs it, not with this module (importing ``sqlalchemy.dialects.mysql`` and
+    ``.postgresql`` is a third of SQLAlchemy's import time, and ``flakekit next`` on
+    SQLite needs neither)."""
+
+    cache_ok = True
+
+    def variant(self, dialect: str) -> Any:
+        """The type on ``dialect``; None: ``impl``."""
+        return None
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        own = self.variant(dialect.name)
+        return dialect.type_descriptor(own if own is not None else self.impl_instance)
+
+
+class _TimestampType(_PerDialect):
     """``DateTime(timezone=True)``; on MariaDB/MySQL ``DATETIME(6)`` (its DATETIME
-    defaults to whole seconds). A decorator, not ``with_variant``: the MySQL dialect's
-    type is imported when a MySQL connection needs it, not with this module (importing
-    ``sqlalchemy.dialects.mysql`` and ``.postgresql`` is a third of SQLAlchemy's import
-    time, and ``flakekit next`` on SQLite needs neither)."""
+    defaults to whole seconds)."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Any) -> Any:
-        if dialect.name in ("mysql", "mariadb"):
+    def variant(self, dialect: str) -> Any:
+        if dialect in ("mysql", "mariadb"):
             from sqlalchemy.dialects.mysql import DATETIME
 
-            return dialect.type_descriptor(DATETIME(fsp=6))
-        return dialect.type_descriptor(DateTime(timezone=True))
+            return DATETIME(fsp=6)
+        return None
 
 
-class _HostType(TypeDecorator[Any]):
-    """``String(45)``; on PostgreSQL ``INET`` (imported when a PostgreSQL connection
-    needs it, as :class:`_TimestampType`)."""
+class _HostType(_PerDialect):
+    """``String(45)``; on PostgreSQL ``INET``."""
 
     impl = String(45)
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Any) -> Any:
-        if dialect.name == "postgresql":
+    def variant(self, dialect: str) -> Any:
+        if dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import INET
 
-            return dialect.type_descriptor(INET())
-        return dialect.type_descriptor(String(45))
+            return INET()
+        return None
 
 
 #: timestamps with sub-second precision everywhere (MariaDB's DATETIME defaults to seconds)
@@ -499,15 +515,8 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
     dialect = engine.dialect.name
     with engine.connect() as conn:
         if dialect == "sqlite":
-            # BEGIN IMMEDIATE takes the write lock now; pysqlite must not begin on its own
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.exec_driver_sql("ROLLBACK")
-                raise
-            conn.exec_driver_sql("COMMIT")
+            with sqlite_immediate(conn) as locked:
+                yield locked
         elif dialect == "postgresql":
             with conn.begin():
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
