@@ -288,8 +288,5 @@ class Handoff(NodeState):
         """The keeper lost the membership (the deadline is already gone)."""
         with self._lock:
             self._lost = True
-            for st in self._keys.values():
-                self._stop_serving_locked(st)
-                st.owner_since = None
-            self._cond.notify_all()
+            self._give_up_all_locked()
         self._wake.set()

@@ -186,10 +186,7 @@ class ClusterNode(Serving, ViewUpkeep):
             if self._closing:
                 return
             self._closing = True
-            for st in self._keys.values():
-                self._stop_serving_locked(st)
-                st.owner_since = None
-            self._cond.notify_all()
+            self._give_up_all_locked()
         self._stop.set()
         self._wake.set()
         thread = self._thread

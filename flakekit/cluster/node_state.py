@@ -118,6 +118,14 @@ class NodeState:
                 "renews (check that the membership store is up and reachable)",
                 retry_after=max(1.0, (self.membership.renew_interval or 1.0)))
 
+    def _give_up_all_locked(self) -> None:
+        """Stop serving every key and forget when this node became its owner (closing,
+        the membership lost); requests waiting for a hand-off look again."""
+        for st in self._keys.values():
+            self._stop_serving_locked(st)
+            st.owner_since = None
+        self._cond.notify_all()
+
     def _stop_serving_locked(self, st: StrictKey) -> None:
         st.ok_epoch = NOT_SERVED   # never the -1 of a node whose view is not applied yet
         if st.state == OWNED:

@@ -135,9 +135,7 @@ class ViewUpkeep(Handoff):
     def _rejoin(self) -> None:
         """After the membership was lost: drop every claim (fenced), join again."""
         with self._lock:
-            for st in self._keys.values():
-                self._stop_serving_locked(st)
-                st.owner_since = None
+            self._give_up_all_locked()
         self._settle_all()
         self._keeper.close(release=False)
         try:

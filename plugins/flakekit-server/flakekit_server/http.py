@@ -308,12 +308,17 @@ class HttpProtocol(asyncio.Protocol):
         if isinstance(answer, Pending):
             self._defer(answer, method, keep_alive, t0)
             return
+        self._answer(method, answer, keep_alive, t0)
+
+    def _answer(self, method: bytes, answer: tuple[Any, ...], keep_alive: bool,
+                t0: int) -> None:
+        """Send ``answer`` (a HEAD: its head only) and count it under its route."""
         status, ctype, body, headers, route = answer
         if method == b"HEAD":
             self._send_head(status, ctype, len(body), headers, keep_alive)
         else:
             self._send(status, ctype, body, headers, keep_alive)
-        service.stats.observe(route, status, _perf() - t0)
+        self.service.stats.observe(route, status, _perf() - t0)
 
     def _ok(self, body: bytes, header: bytes, keep_alive: bool, hist: list[int],
             t0: int) -> None:
@@ -341,13 +346,7 @@ class HttpProtocol(asyncio.Protocol):
                 return
             self._task = None
             self.busy = False
-            status, ctype, body, headers, route = answer
-            alive = keep_alive and not self.close_when_done
-            if method == b"HEAD":
-                self._send_head(status, ctype, len(body), headers, alive)
-            else:
-                self._send(status, ctype, body, headers, alive)
-            self.service.stats.observe(route, status, _perf() - t0)
+            self._answer(method, answer, keep_alive and not self.close_when_done, t0)
             if not self.closing and not inline[0]:
                 self._pump()
 

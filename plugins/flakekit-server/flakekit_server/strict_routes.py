@@ -13,7 +13,7 @@ from typing import Any
 
 from flakekit.plugin import NotOwnerError
 from flakekit_server.answers import JSON, TEXT, Pending, Response, error_body
-from flakekit_server.cluster import epoch_header
+from flakekit_server.cluster import ClusterHttp, epoch_header
 from flakekit_server.service_base import ServiceBase
 
 __all__ = ["StrictRoutes"]
@@ -21,6 +21,11 @@ __all__ = ["StrictRoutes"]
 
 class StrictRoutes(ServiceBase):
     """The strict keys of an :class:`~flakekit_server.app.IdService` in cluster mode."""
+
+    def _cluster_node(self) -> tuple[ClusterHttp, Any]:
+        """Cluster mode's HTTP side and its ``ClusterNode`` (only asked in cluster mode)."""
+        assert self.cluster is not None
+        return self.cluster, self.cluster.node
 
     def _strict_key(self, key: str, name: str | None, auth: bytes | None) -> str | None:
         """The cluster key a Leaf URL names, if strict (its generator's token checked)."""
@@ -82,9 +87,7 @@ class StrictRoutes(ServiceBase):
 
     def _strict_leaf(self, key: str, name: str | None, ctx: tuple[Any, ...],
                      auth: bytes | None) -> Response | Pending:
-        assert self.cluster is not None
-        cluster = self.cluster
-        node = cluster.node
+        cluster, node = self._cluster_node()
         memory = self.cluster_memory
         # an owned key whose IDs are in memory: on the loop (every check made after the
         # draw, as in a thread); a moving key, a refill or a refusal: off it, below
@@ -105,9 +108,7 @@ class StrictRoutes(ServiceBase):
 
     def _strict_next(self, name: str, count: int, fmt: str, ctx: tuple[Any, ...],
                      auth: bytes | None) -> Response | Pending:
-        assert self.cluster is not None
-        cluster = self.cluster
-        node = cluster.node
+        cluster, node = self._cluster_node()
         key = self.strict[name]
         one = count == 1 and fmt != "ranges"
         memory = self.cluster_memory
