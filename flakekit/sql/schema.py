@@ -389,7 +389,7 @@ def _check_lease_clock(engine: Engine, inspector: Inspector) -> None:
     type_ = col["type"]
     name = engine.dialect.name
     if name == "postgresql":
-        bad = not getattr(type_, "timezone", False)
+        bad = not (isinstance(type_, DateTime) and type_.timezone)
         want = "TIMESTAMPTZ"
     elif name in ("mysql", "mariadb"):
         bad = not isinstance(type_, DateTime) or type(type_).__name__.upper() != "DATETIME"

@@ -280,31 +280,51 @@ class HttpProtocol(asyncio.Protocol):
         if fast is not None and method == b"GET" and hints is None:
             # the hot path: an open generator's Leaf URL (IdService.fast); what it costs
             # per request is docs/server.md's "Speed"
-            route = fast[2]
             try:
                 value = fast[1]()
             except BaseException as exc:  # noqa: BLE001
                 err = from_exception(exc)
                 self._send(err.status, JSON, error_body(err.status, err.code, err.message),
                            err.headers, keep_alive)
-                service.stats.observe(route, err.status, _perf() - t0)
+                service.stats.observe(fast[2], err.status, _perf() - t0)
                 return
             if value is None:   # a segment key whose buffers are empty: never wait here
-                self._defer(service.draw_later(fast[0], route), method, keep_alive, t0)
+                self._defer(service.draw_later(fast[0], fast[2]), method, keep_alive, t0)
                 return
-            self._ok(b"%d" % value, b"", keep_alive, fast[3], t0)
-            return
-        strict = service.strict_fast.get(url) if service.strict_fast else None
-        if strict is not None and method == b"GET" and (hints is None or hints.view_epoch is None):
+            header = b""
+            hist = fast[3]
+        else:
+            strict = service.strict_fast.get(url) if service.strict_fast else None
+            if strict is None or method != b"GET" or (
+                    hints is not None and hints.view_epoch is not None):
+                self._handle(method, url, auth, keep_alive, t0, hints)
+                return
             # cluster mode: a strict key this node owns, its IDs in memory (every check of
             # ClusterNode.next_id made after the draw); else handle() forwards, refuses or
             # waits for the hand-off in a thread
             got = strict[1](strict[0])
-            if got is not None:
-                self._ok(b"%d" % got[0], b"%s: %d\r\n" % (OWNER_EPOCH, got[1]), keep_alive,
-                         strict[2], t0)
+            if got is None:
+                self._handle(method, url, auth, keep_alive, t0, hints)
                 return
-        answer = service.handle(method, url, auth, hints)
+            value = got[0]
+            header = b"%s: %d\r\n" % (OWNER_EPOCH, got[1])
+            hist = strict[2]
+        # 200 with the ID, counted in the URL's histogram (no other per-request work)
+        body = b"%d" % value
+        self.transport.write(b"%s%d\r\n%s%s\r\n%s" % (
+            _OK_TEXT, len(body), header, b"" if keep_alive else _CLOSE, body))
+        if not keep_alive:
+            self._close_after_write()
+        elapsed = _perf() - t0
+        hist[0 if elapsed < FIRST_BUCKET_NS else bucket(elapsed)] += 1
+        hist[-2] += elapsed
+        hist[-1] += 1
+
+    def _handle(self, method: bytes, url: bytes, auth: bytes | None, keep_alive: bool,
+                t0: int, hints: Hints | None) -> None:
+        """Anything but the hot path: :meth:`IdService.handle`, answered now or once its
+        :class:`Pending` is done."""
+        answer = self.service.handle(method, url, auth, hints)
         if isinstance(answer, Pending):
             self._defer(answer, method, keep_alive, t0)
             return
@@ -319,19 +339,6 @@ class HttpProtocol(asyncio.Protocol):
         else:
             self._send(status, ctype, body, headers, keep_alive)
         self.service.stats.observe(route, status, _perf() - t0)
-
-    def _ok(self, body: bytes, header: bytes, keep_alive: bool, hist: list[int],
-            t0: int) -> None:
-        """The hot path's answer: 200, one ID in ``body`` (and ``header``), counted in the
-        URL's histogram ``hist``."""
-        self.transport.write(b"%s%d\r\n%s%s\r\n%s" % (
-            _OK_TEXT, len(body), header, b"" if keep_alive else _CLOSE, body))
-        if not keep_alive:
-            self._close_after_write()
-        elapsed = _perf() - t0
-        hist[0 if elapsed < FIRST_BUCKET_NS else bucket(elapsed)] += 1
-        hist[-2] += elapsed
-        hist[-1] += 1
 
     def _defer(self, pending: Pending, method: bytes, keep_alive: bool, t0: int) -> None:
         """Answer once ``pending`` is done; the connection reads and answers nothing else
