@@ -34,9 +34,9 @@ from pathlib import Path
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
-from flakekit.cluster.membership import Membership
 from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
+from flakekit.cluster.store_contracts import Membership
 from flakekit.errors import FlakekitError
 from flakekit.generators.segment import SegmentSettings
 from flakekit.sql import schema

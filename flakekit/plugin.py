@@ -30,7 +30,10 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.cli import (
         config_option,
     )
-    from flakekit.cluster.membership import (
+    from flakekit.cluster.settings import (
+        ClusterSettings,
+    )
+    from flakekit.cluster.store_contracts import (
         MAX_WEIGHT,
         JoinRequest,
         KeyClaim,
@@ -40,9 +43,6 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         Membership,
         check_key_segment,
         proposed_members,
-    )
-    from flakekit.cluster.settings import (
-        ClusterSettings,
     )
     from flakekit.errors import (
         BackendError,
@@ -106,6 +106,7 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         Locates,
         NamesLayout,
         NonBlocking,
+        NonBlockingKeys,
         OrdersKeys,
         PeriodStore,
         PollsView,
@@ -184,7 +185,7 @@ _FROM = {
     "flakekit.assembly.context": ("BuildContext", "Part"),
     "flakekit.assembly.settings": ("PluginRef", "plugin_ref"),
     "flakekit.cli": ("config_option",),
-    "flakekit.cluster.membership": (
+    "flakekit.cluster.store_contracts": (
         "MAX_WEIGHT", "JoinRequest", "KeyClaim", "KeyFence", "KeyOwnerRecord", "MemberLease",
         "Membership", "check_key_segment", "proposed_members"
     ),
@@ -203,7 +204,8 @@ _FROM = {
     "flakekit.pluginhost.contracts": (
         "Allocation", "CountsWorkers", "Describes", "FixedWorker", "FormatsIds", "Generator",
         "GeneratorInfo", "HasKey", "HasLayout", "HasStats", "IssuesIds", "LapseMeansStopped",
-        "LeaseTarget", "ListsKeys", "Locates", "NamesLayout", "NonBlocking", "OrdersKeys",
+        "LeaseTarget", "ListsKeys", "Locates", "NamesLayout", "NonBlocking", "NonBlockingKeys",
+        "OrdersKeys",
         "PeriodStore", "PollsView", "SegmentStore", "ServeShare", "SeveralLeases",
         "StatsRecord", "TellsStalls", "WorkerAllocator", "check_contract"
     ),

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine
 
-from flakekit.assembly.cluster import ADVERTISE_ENV, NODE_ENV
-from flakekit.cluster.membership import JoinRequest, KeyClaim
+from flakekit.assembly.cluster_spec import ADVERTISE_ENV, NODE_ENV
+from flakekit.cluster.store_contracts import JoinRequest, KeyClaim
 from flakekit.pluginhost.host import PluginHost
 from flakekit.pluginhost.markers import hookimpl
 from flakekit.sql.leaf import SqlSegmentStore

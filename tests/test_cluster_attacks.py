@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy.engine import Engine, make_url
 
-from flakekit.cluster.membership import JoinRequest, MemberLease, lapse_wait_ns
 from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
+from flakekit.cluster.store_contracts import JoinRequest, MemberLease, lapse_wait_ns
 from flakekit.errors import ClusterError, ConfigError, FlakekitError
 from flakekit.generators.segment import SegmentSettings
 from flakekit.sql import schema

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from flakekit.assembly.cluster import ADVERTISE_ENV, NODE_ENV, resolve_cluster
+from flakekit.assembly.cluster_spec import ADVERTISE_ENV, NODE_ENV, resolve_cluster
 from flakekit.assembly.config import parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.assembly.strict import StrictSegment

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
-from flakekit.cluster.membership import KeyClaim
 from flakekit.cluster.node import HANDOFF_MARGIN_MIN_S, HANDOFF_MARGIN_SHARE, ClusterNode
 from flakekit.cluster.settings import ClusterSettings
+from flakekit.cluster.store_contracts import KeyClaim
 from flakekit.errors import (
     ClusterError,
     ClusterUnavailableError,

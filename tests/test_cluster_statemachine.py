@@ -15,9 +15,9 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from flakekit.cluster.key_state import OWNED
 from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
-from flakekit.cluster.strict import OWNED
 from flakekit.errors import BackendError, ClusterError, SegmentUnavailableError
 from flakekit.generators.segment import SegmentSettings
 from flakekit.testing import ManualClock

@@ -13,7 +13,7 @@ import time
 import pytest
 from sqlalchemy import create_engine, delete, text, update
 
-from flakekit.cluster.membership import JoinRequest, KeyClaim
+from flakekit.cluster.store_contracts import JoinRequest, KeyClaim
 from flakekit.errors import BackendError, FenceError
 from flakekit.leases.lease import LeaseRequest
 from flakekit.sql import failover

@@ -217,7 +217,7 @@ def test_cluster_async_cut_kill_promote(replicas, protected):
     """A member that joined and a key claimed during the cut (the standby never gets
     them): after the fail-over no second process joins as that member and no second
     owner claims that key while the first ones live."""
-    from flakekit.cluster.membership import JoinRequest, KeyClaim
+    from flakekit.cluster.store_contracts import JoinRequest, KeyClaim
     from flakekit.sql.membership import SqlMembership
     from flakekit.values.cluster import Member
 

@@ -185,7 +185,7 @@ def test_registered_membership_is_built_from_config(sqlite_url):
     """``membership = {type = "sql-copy", ...}`` reaches the plugin's factory with its
     settings at ``cluster.membership``; the kit's membership is what it returned and works
     against the database (a join, a view)."""
-    from flakekit.cluster.membership import JoinRequest
+    from flakekit.cluster.store_contracts import JoinRequest
     from flakekit.values.cluster import Member
 
     host = _host(MembershipPlugin())

@@ -10,7 +10,7 @@ import time
 
 import attrs
 
-from flakekit.cluster.membership import MemberLease
+from flakekit.cluster.store_contracts import MemberLease
 from flakekit.errors import BackendError, LeaseLostError
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.testing import ManualClock

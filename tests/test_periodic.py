@@ -298,9 +298,9 @@ class TestStrict:
     def test_owner_serves_each_period_under_its_claim(self, db_url):
         """order = "strict": the key's owner serves its period rows, every fetch fenced by
         the claim on the base key; other nodes refuse; a deposed claim moves nothing."""
-        from flakekit.cluster.membership import KeyClaim
         from flakekit.cluster.node import ClusterNode
         from flakekit.cluster.settings import ClusterSettings
+        from flakekit.cluster.store_contracts import KeyClaim
         from flakekit.errors import FenceError, NotOwnerError
         from flakekit.sql import schema
         from flakekit.testing.memory_cluster import MemoryClusterStore

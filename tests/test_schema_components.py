@@ -15,22 +15,16 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import (
-    BigInteger,
     Column,
-    DateTime,
     Integer,
     MetaData,
-    PrimaryKeyConstraint,
     String,
     Table,
-    UniqueConstraint,
     create_engine,
-    func,
     inspect,
     select,
     text,
 )
-from sqlalchemy.dialects import mysql, postgresql
 
 from flakekit.errors import SchemaError
 from flakekit.leases.lease import LeaseRequest
@@ -46,28 +40,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # -- the version-1 DDL, as flakekit before versions 2 existed created it ----------------------
 def _v1_tables() -> tuple[Table, Table]:
+    """Version 2 added only the index ``system_nodes_service_seen``: version 1 is today's
+    two tables without it (spell version 1 out here when a later version changes them)."""
     md = MetaData()
-    ts = DateTime(timezone=True).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
-    version_table = Table("flakekit_schema", md,
-                          Column("component", String(64), primary_key=True),
-                          Column("version", Integer, nullable=False))
-    nodes = Table(
-        "system_nodes", md,
-        Column("service", String(64), nullable=False),
-        Column("machine_id", Integer, nullable=False),
-        Column("host", String(45).with_variant(postgresql.INET(), "postgresql"),
-               nullable=False),
-        Column("port", Integer, nullable=False),
-        Column("slot", Integer, nullable=False, server_default="0"),
-        Column("version", Integer, nullable=False),
-        Column("last_seen", ts, nullable=False, server_default=func.now()),
-        Column("created_at", ts, nullable=False, server_default=func.now()),
-        Column("holder", String(160), nullable=True),
-        Column("host_name", String(255), nullable=False, server_default=""),
-        Column("issued_until", BigInteger, nullable=False, server_default="0"),
-        PrimaryKeyConstraint("service", "machine_id", name="system_nodes_pkey"),
-        UniqueConstraint("service", "host", "port", "slot", name="system_nodes_identity"),
-    )
+    version_table = schema.schema_table.to_metadata(md)
+    nodes = schema.system_nodes.to_metadata(md)
+    nodes.indexes.clear()
     return version_table, nodes
 
 

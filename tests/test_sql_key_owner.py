@@ -11,7 +11,7 @@ import threading
 import pytest
 from sqlalchemy.engine import Engine
 
-from flakekit.cluster.membership import KeyClaim, KeyFence
+from flakekit.cluster.store_contracts import KeyClaim, KeyFence
 from flakekit.errors import BackendError, FenceError, SegmentRowError
 from flakekit.sql import schema
 from flakekit.sql.leaf import MAX_ID, SqlSegmentStore

@@ -5,14 +5,14 @@ deadlines from the send time, bounded waits on a stuck peer, values at the colum
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
 
-from flakekit.cluster.membership import JoinRequest, MemberLease
+from flakekit.assembly.config import Config, parse_config
+from flakekit.cluster.store_contracts import JoinRequest, MemberLease
 from flakekit.errors import BackendError, SchemaError
 from flakekit.sql import schema
 from flakekit.sql.leaf import LEAF_MYSQL_DDL, SqlSegmentStore
@@ -145,12 +145,16 @@ class TestSchema:
         membership (the config's [cluster] section), and for nothing else."""
         backends = schema.CLUSTER.backends
         assert backends is not None
-        sql = SimpleNamespace(cluster=SimpleNamespace(
-            membership={"type": "sql", "backend": "main"}))
-        assert list(backends(sql)) == ["main"]
-        zk = SimpleNamespace(cluster=SimpleNamespace(membership={"type": "zookeeper"}))
-        assert list(backends(zk)) == []
-        assert list(backends(SimpleNamespace())) == []
+
+        def config(cluster: dict[str, object] | None) -> Config:
+            tables = {} if cluster is None else {"cluster": {"name": "ids", **cluster}}
+            return parse_config({"backends": {"main": {"url": "sqlite://"}}, **tables})
+
+        assert list(backends(config({"membership": {"type": "sql", "backend": "main"}}))) == [
+            "main"]
+        assert list(backends(config({}))) == ["default"]
+        assert list(backends(config({"membership": {"type": "zookeeper"}}))) == []
+        assert list(backends(config(None))) == []
 
 
 # -- leases ------------------------------------------------------------------------------------

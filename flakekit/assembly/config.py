@@ -1,7 +1,7 @@
 """Config files: TOML in, checked settings out.
 
 Sections: ``[backends.NAME]``, ``[layouts.NAME]``, ``[generators.NAME]``, ``[cluster]``
-(:mod:`flakekit.assembly.cluster`). Strings may
+(:mod:`flakekit.assembly.cluster_spec`). Strings may
 use ``${ENV}`` (``${ENV:-default}``) so secrets stay out of files. Every error names the
 dotted path of the field and suggests the nearest valid name; URLs are printed with their
 passwords hidden. With no file at all, :func:`embedded_default` applies: one snowflake
@@ -34,7 +34,7 @@ from flakekit.assembly.choice import (  # re-exported: the CLI resolves --config
     find_config,
     state_dir,
 )
-from flakekit.assembly.cluster import ClusterSpec, parse_cluster
+from flakekit.assembly.cluster_spec import ClusterSpec, parse_cluster
 from flakekit.assembly.settings import check_keys
 from flakekit.errors import ConfigError, LayoutError, UnknownNameError
 from flakekit.sql.backends import (

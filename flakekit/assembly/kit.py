@@ -5,7 +5,7 @@ so a config error surfaces before any lease is taken; ``start()`` (or ``with kit
 acquires the leases and starts the background threads; ``close()`` releases them.
 
 With a ``[cluster]`` section the kit also holds the membership store (built and checked
-against :class:`~flakekit.cluster.membership.Membership`, not connected) and this node's
+against :class:`~flakekit.cluster.store_contracts.Membership`, not connected) and this node's
 resolved identity; :meth:`Kit.cluster_node` builds the runtime that serves the
 ``order = "strict"`` generators (``flakekit serve`` calls it).
 """
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from flakekit.assembly.cluster import ClusterSpec, ResolvedCluster, resolve_cluster
+from flakekit.assembly.cluster_spec import ClusterSpec, ResolvedCluster, resolve_cluster
 from flakekit.assembly.config import Config
 from flakekit.assembly.context import BuildContext, Part
 from flakekit.assembly.settings import PluginRef, build_settings, refs

@@ -19,8 +19,8 @@ import attrs
 from flakekit.errors import ClusterError
 
 if TYPE_CHECKING:
-    from flakekit.cluster.membership import KeyFence
     from flakekit.cluster.node import ClusterNode
+    from flakekit.cluster.store_contracts import KeyFence
     from flakekit.generators.segment import SegmentSettings
 
 __all__ = ["StrictSegment"]

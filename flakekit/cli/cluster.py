@@ -21,7 +21,7 @@ from flakekit.errors import ClusterError, ConfigError, FlakekitError, UnknownNam
 
 if TYPE_CHECKING:
     from flakekit.assembly.kit import Kit
-    from flakekit.cluster.membership import Membership
+    from flakekit.cluster.store_contracts import Membership
     from flakekit.values.cluster import Member, MemberInfo, View
 
 __all__ = ["cluster_group", "drain_node", "status_report"]

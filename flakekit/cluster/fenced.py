@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from flakekit.cluster.membership import KeyClaim, KeyFence
+from flakekit.cluster.store_contracts import KeyClaim, KeyFence
 from flakekit.errors import FenceError
 from flakekit.generators.stores import PeriodStore
 from flakekit.values.allocation import Allocation

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from flakekit.cluster.membership import JoinRequest, MemberLease, Membership
+from flakekit.cluster.store_contracts import JoinRequest, MemberLease, Membership
 
 __all__ = ["MemberEvents", "MemberSource", "MemberTarget"]
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from flakekit.cluster.membership import (
+from flakekit.cluster.store_contracts import (
     KeyFence,
     LapseMeansStopped,
     Membership,
@@ -92,6 +92,7 @@ __all__ = [
     "Membership",
     "NamesLayout",
     "NonBlocking",
+    "NonBlockingKeys",
     "OrdersKeys",
     "PeriodStore",
     "PollsView",
@@ -167,6 +168,17 @@ class NonBlocking(IssuesIds, Protocol):
 
     def try_next_id(self) -> int | None: ...
     def try_next_ids(self, n: int) -> IdBatch | None: ...
+
+
+@runtime_checkable
+class NonBlockingKeys(Protocol):
+    """A server of several keys that can answer from memory without waiting (a cluster
+    node's strict keys): ``(IDs, owner epoch)``, or None where the caller then asks
+    ``next_id(key)`` / ``next_ids(key, n)`` off the event loop. The server checks this
+    once, when it builds its routes."""
+
+    def try_next_id(self, key: str) -> tuple[int, int] | None: ...
+    def try_next_ids(self, key: str, n: int) -> tuple[IdBatch, int] | None: ...
 
 
 @runtime_checkable

@@ -88,7 +88,7 @@ def flakekit_register_memberships(register: reg.Register[reg.MembershipFactory])
 
     Called once when plugins load. ``register(name, factory, settings=cls,
     description="")`` where ``factory(settings, context)`` returns a
-    :class:`~flakekit.cluster.membership.Membership` (checked when the config is built);
+    :class:`~flakekit.cluster.store_contracts.Membership` (checked when the config is built);
     ``context`` is a :class:`~flakekit.assembly.context.BuildContext` whose ``path`` is
     ``cluster.membership``.
 

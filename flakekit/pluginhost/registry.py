@@ -20,7 +20,7 @@ from flakekit.values.layout import BitLayout
 
 if TYPE_CHECKING:  # the factory types are for mypy: registering imports no contract
     from flakekit.assembly.context import BuildContext
-    from flakekit.cluster.membership import Membership
+    from flakekit.cluster.store_contracts import Membership
     from flakekit.generators.stores import SegmentStore
     from flakekit.leases.lease import WorkerAllocator
     from flakekit.pluginhost.contracts import Generator

@@ -18,7 +18,7 @@ elsewhere) no new owner claims the key, and an owner whose claim the replica lac
 holds an older copy of re-asserts it in its next fetch.
 
 :class:`~flakekit.sql.leaf.SqlSegmentStore` implements
-:class:`~flakekit.cluster.membership.KeyFence` with these functions.
+:class:`~flakekit.cluster.store_contracts.KeyFence` with these functions.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from flakekit.cluster.membership import KeyClaim, KeyOwnerRecord, lapse_wait_ns
+from flakekit.cluster.store_contracts import KeyClaim, KeyOwnerRecord, lapse_wait_ns
 from flakekit.sql import failover
 from flakekit.sql.backends import describe_engine
 from flakekit.sql.dbclock import aware_utc, db_now, dialect_of, ns_of, retry_kind, retry_pause
@@ -139,7 +139,7 @@ def check_claim(conn: Connection, claim: KeyClaim, events: Events = NO_EVENTS) -
 def claim_key(engine: Engine, claim: KeyClaim, waited: bool,
               events: Events = NO_EVENTS) -> bool:
     """Take ``claim.key`` for ``claim.node`` at ``claim.epoch`` (see
-    :meth:`~flakekit.cluster.membership.KeyFence.claim_key`). One transaction; a missing
+    :meth:`~flakekit.cluster.store_contracts.KeyFence.claim_key`). One transaction; a missing
     row is inserted (two first claims race on the primary key, or on MariaDB deadlock
     on the gap they both locked: one wins, the other retries and sees the winner's
     row). During a fail-over quarantine only a claim the row already holds succeeds."""

@@ -56,7 +56,7 @@ from sqlalchemy.exc import (
     StatementError,
 )
 
-from flakekit.cluster.membership import KeyClaim, KeyOwnerRecord
+from flakekit.cluster.store_contracts import KeyClaim, KeyOwnerRecord
 from flakekit.errors import (
     BackendError,
     ConfigError,

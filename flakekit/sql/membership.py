@@ -55,7 +55,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from flakekit.cluster.membership import (
+from flakekit.cluster.store_contracts import (
     JoinRequest,
     MemberLease,
     lapse_wait_ns,
@@ -141,7 +141,7 @@ def _ms_between(later: Any, earlier: Any) -> int | None:
 
 @attrs.define
 class SqlMembership:
-    """A :class:`~flakekit.cluster.membership.Membership` in ``flakekit_members`` and
+    """A :class:`~flakekit.cluster.store_contracts.Membership` in ``flakekit_members`` and
     ``flakekit_cluster_view`` (see the module docstring).
 
     Args:
@@ -175,7 +175,7 @@ class SqlMembership:
     #: a holder serves at most this share of its lease after the send of the renewal
     #: that wrote its ``renewals`` (the safety window is at least the rest; checked at
     #: the join): a claimer that first read that value waits this share plus a margin
-    #: from that read, not the whole lease (:func:`~flakekit.cluster.membership.lapse_wait_ns`)
+    #: from that read, not the whole lease (:func:`~flakekit.cluster.store_contracts.lapse_wait_ns`)
     serve_share = 1 - SAFETY_SHARE
 
     # -- naming ----------------------------------------------------------------------------

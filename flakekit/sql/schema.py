@@ -52,7 +52,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from sqlalchemy import (
@@ -81,6 +81,10 @@ from sqlalchemy.exc import DBAPIError
 
 from flakekit.errors import SchemaError
 from flakekit.sql.backends import redact_url
+from flakekit.sql.transactions import sqlite_immediate
+
+if TYPE_CHECKING:
+    from flakekit.assembly.config import Config
 
 __all__ = [
     "CLUSTER",
@@ -119,37 +123,52 @@ schema_table = Table(
     Column("version", Integer, nullable=False),
 )
 
-class _TimestampType(TypeDecorator[Any]):
+
+class _PerDialect(TypeDecorator[Any]):
+    """``impl`` on most databases, another type on some (:meth:`variant`). A decorator,
+    not ``with_variant``: a dialect's own type is imported when a connection of that
+    dialect needs it, not with this module (importing ``sqlalchemy.dialects.mysql`` and
+    ``.postgresql`` is a third of SQLAlchemy's import time, and ``flakekit next`` on
+    SQLite needs neither)."""
+
+    cache_ok = True
+
+    def variant(self, dialect: str) -> Any:
+        """The type on ``dialect``; None: ``impl``."""
+        return None
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        own = self.variant(dialect.name)
+        return dialect.type_descriptor(own if own is not None else self.impl_instance)
+
+
+class _TimestampType(_PerDialect):
     """``DateTime(timezone=True)``; on MariaDB/MySQL ``DATETIME(6)`` (its DATETIME
-    defaults to whole seconds). A decorator, not ``with_variant``: the MySQL dialect's
-    type is imported when a MySQL connection needs it, not with this module (importing
-    ``sqlalchemy.dialects.mysql`` and ``.postgresql`` is a third of SQLAlchemy's import
-    time, and ``flakekit next`` on SQLite needs neither)."""
+    defaults to whole seconds)."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Any) -> Any:
-        if dialect.name in ("mysql", "mariadb"):
+    def variant(self, dialect: str) -> Any:
+        if dialect in ("mysql", "mariadb"):
             from sqlalchemy.dialects.mysql import DATETIME
 
-            return dialect.type_descriptor(DATETIME(fsp=6))
-        return dialect.type_descriptor(DateTime(timezone=True))
+            return DATETIME(fsp=6)
+        return None
 
 
-class _HostType(TypeDecorator[Any]):
-    """``String(45)``; on PostgreSQL ``INET`` (imported when a PostgreSQL connection
-    needs it, as :class:`_TimestampType`)."""
+class _HostType(_PerDialect):
+    """``String(45)``; on PostgreSQL ``INET``."""
 
     impl = String(45)
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Any) -> Any:
-        if dialect.name == "postgresql":
+    def variant(self, dialect: str) -> Any:
+        if dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import INET
 
-            return dialect.type_descriptor(INET())
-        return dialect.type_descriptor(String(45))
+            return INET()
+        return None
 
 
 #: timestamps with sub-second precision everywhere (MariaDB's DATETIME defaults to seconds)
@@ -370,7 +389,7 @@ def _check_lease_clock(engine: Engine, inspector: Inspector) -> None:
     type_ = col["type"]
     name = engine.dialect.name
     if name == "postgresql":
-        bad = not getattr(type_, "timezone", False)
+        bad = not (isinstance(type_, DateTime) and type_.timezone)
         want = "TIMESTAMPTZ"
     elif name in ("mysql", "mariadb"):
         bad = not isinstance(type_, DateTime) or type(type_).__name__.upper() != "DATETIME"
@@ -417,19 +436,16 @@ def _add_member_columns(conn: Connection) -> None:
                           f"{col.type.compile(dialect=conn.dialect)} NOT NULL DEFAULT {default}"))
 
 
-def _cluster_backends(config: Any) -> Iterable[str]:
-    """The backend of a config's ``[cluster] membership = {type = "sql", ...}`` (read
-    duck-typed: the config's cluster section is optional; the membership is a plugin
-    reference whose ``settings`` hold the backend, ``"default"`` when not given). The
-    key-owner table of strict generators is asked for by their segment stores."""
-    cluster = getattr(config, "cluster", None)
-    membership = getattr(cluster, "membership", None)
-    if isinstance(membership, Mapping):
-        kind, settings = membership.get("type"), membership
-    else:
-        kind, settings = getattr(membership, "type", None), getattr(membership, "settings", {})
-    backend = settings.get("backend", "default") if isinstance(settings, Mapping) else None
-    if kind == "sql" and isinstance(backend, str) and backend:
+def _cluster_backends(config: Config) -> Iterable[str]:
+    """The backend of a config's ``[cluster] membership = {type = "sql", ...}``
+    (``"default"`` when not given); none without a ``[cluster]`` or with another
+    membership. The key-owner table of strict generators is asked for by their segment
+    stores."""
+    spec = config.cluster
+    if spec is None or spec.membership.type != "sql":
+        return
+    backend = spec.membership.settings.get("backend", "default")
+    if isinstance(backend, str) and backend:
         yield backend
 
 
@@ -499,15 +515,8 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
     dialect = engine.dialect.name
     with engine.connect() as conn:
         if dialect == "sqlite":
-            # BEGIN IMMEDIATE takes the write lock now; pysqlite must not begin on its own
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.exec_driver_sql("ROLLBACK")
-                raise
-            conn.exec_driver_sql("COMMIT")
+            with sqlite_immediate(conn) as locked:
+                yield locked
         elif dialect == "postgresql":
             with conn.begin():
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})

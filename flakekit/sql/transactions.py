@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["write_transaction"]
+__all__ = ["sqlite_immediate", "write_transaction"]
 
 
 @contextmanager
@@ -31,14 +31,23 @@ def write_transaction(engine: Engine) -> Iterator[Connection]:
             with conn.begin():
                 yield conn
             return
-        conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # no implicit BEGIN
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.exec_driver_sql("ROLLBACK")
-            raise
-        conn.exec_driver_sql("COMMIT")
+        with sqlite_immediate(conn) as locked:
+            yield locked
+
+
+@contextmanager
+def sqlite_immediate(conn: Connection) -> Iterator[Connection]:
+    """``conn`` (SQLite) inside ``BEGIN IMMEDIATE``: the database's write lock taken now,
+    not at the first write (pysqlite must not begin on its own: autocommit); committed on
+    success, rolled back on error."""
+    conn = conn.execution_options(isolation_level="AUTOCOMMIT")  # no implicit BEGIN
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.exec_driver_sql("ROLLBACK")
+        raise
+    conn.exec_driver_sql("COMMIT")
 
 
 def _autocommit(conn: Connection) -> bool:

@@ -8,7 +8,7 @@ runs against that store on its real backend::
         @pytest.fixture
         def make_membership(self, pg_url, closing): ...
 
-``make_membership()`` returns a new :class:`~flakekit.cluster.membership.Membership` on
+``make_membership()`` returns a new :class:`~flakekit.cluster.store_contracts.Membership` on
 the same backend (another process, as the store sees it); the fixture closes what it
 made. Every test uses a cluster name of its own (the ``cluster`` fixture). Optional
 fixtures: ``monotonic_ns`` and ``pass_time`` (the memberships' clock, when the binding
@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from flakekit.cluster.membership import JoinRequest, MemberLease, Membership
+from flakekit.cluster.store_contracts import JoinRequest, MemberLease, Membership
 from flakekit.errors import BackendError, LeaseLostError
 from flakekit.testing.threads import in_threads
 from flakekit.testing.waiting import wait_until

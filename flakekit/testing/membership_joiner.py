@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from flakekit.cluster.membership import JoinRequest
+from flakekit.cluster.store_contracts import JoinRequest
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
 

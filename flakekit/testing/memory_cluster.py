@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from flakekit.cluster.membership import (
+from flakekit.cluster.store_contracts import (
     JoinRequest,
     KeyClaim,
     KeyOwnerRecord,
@@ -92,7 +92,7 @@ class MemoryClusterStore:
     ``renew_lapsed=True`` lets a holder renew a lapsed record nobody took meanwhile (as a
     store that only checks the holder does); by default that is a lost lease.
     ``lapse_means_stopped`` is what the memberships declare (see
-    :class:`~flakekit.cluster.membership.Membership`): True lets a new owner take a
+    :class:`~flakekit.cluster.store_contracts.Membership`): True lets a new owner take a
     lapsed owner's key at once, as on ZooKeeper. ``versioned=True`` reports a renewal
     counter in every record (``MemberInfo.version``), as SQL does: a claimer proves a
     lapse by reading it unchanged for a lease plus a margin on its own clock."""
@@ -172,7 +172,7 @@ class MemoryClusterStore:
 
 
 class MemoryMembership:
-    """One process's :class:`~flakekit.cluster.membership.Membership`."""
+    """One process's :class:`~flakekit.cluster.store_contracts.Membership`."""
 
     def __init__(self, store: MemoryClusterStore, client: str) -> None:
         self.store, self.client = store, client
@@ -303,7 +303,7 @@ class MemoryMembership:
 
 
 class MemoryFence:
-    """One process's :class:`~flakekit.cluster.membership.KeyFence` and segment store."""
+    """One process's :class:`~flakekit.cluster.store_contracts.KeyFence` and segment store."""
 
     def __init__(self, store: MemoryClusterStore, client: str) -> None:
         self.store, self.client = store, client

@@ -18,7 +18,6 @@ import pytest
 from etcdhelpers import etcdctl
 from flakekit_etcd.membership import EtcdMembership
 
-from flakekit.cluster.membership import lapse_wait_ns
 from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
 from flakekit.errors import NotOwnerError

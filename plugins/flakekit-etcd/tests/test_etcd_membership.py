@@ -24,7 +24,7 @@ from flakekit_etcd.membership import EtcdMembership
 
 from flakekit.assembly.kit import build_kit
 from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, MemberTarget
-from flakekit.cluster.membership import JoinRequest, MemberLease
+from flakekit.cluster.store_contracts import JoinRequest, MemberLease
 from flakekit.errors import BackendError, LeaseLostError
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.pluginhost.host import PluginHost

@@ -102,8 +102,8 @@ def serve_command(
     """Serve IDs over HTTP: Leaf's /api/segment/get/KEY and /api/snowflake/get/KEY, a JSON
     API with batches, /metrics, /health, /ready and a monitor page at /."""
     from flakekit.embed import load_config
-    from flakekit_server.app import ServerOptions
     from flakekit_server.auth import load_tokens
+    from flakekit_server.options import ServerOptions
     from flakekit_server.runner import serve
 
     logging.basicConfig(level=log_level.upper(),
@@ -112,7 +112,7 @@ def serve_command(
     warning = exposure_warning(host, token_file)
     if warning is not None:
         click.echo(warning, err=True)
-    from flakekit_server.app import OFFLOAD_COUNT
+    from flakekit_server.options import OFFLOAD_COUNT
 
     offload = OFFLOAD_COUNT if offload_count is None else (offload_count or 10**9)
     options = ServerOptions(

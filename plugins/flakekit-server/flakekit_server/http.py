@@ -25,7 +25,8 @@ from typing import Any
 
 import httptools
 
-from flakekit_server.app import JSON, IdService, Pending, error_body, from_exception
+from flakekit_server.answers import JSON, Pending, error_body, from_exception
+from flakekit_server.app import IdService
 from flakekit_server.cluster import Hints
 from flakekit_server.forward import OWNER_EPOCH
 from flakekit_server.metrics import FIRST_BUCKET_NS, bucket
@@ -226,13 +227,14 @@ class HttpProtocol(asyncio.Protocol):
     def on_url(self, url: bytes) -> None:
         self._url += url
         if len(self._url) > self.server.options.max_url:
-            raise _Reject(414, "uri_too_long", f"the URL is longer than {self.server.options.max_url} bytes")
+            raise _Reject(414, "uri_too_long",
+                          f"the URL is longer than {self.server.options.max_url} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_bytes += len(name) + len(value) + 4
         if self._header_bytes > self.server.options.max_header_bytes:
-            raise _Reject(431, "headers_too_large",
-                          f"the headers are larger than {self.server.options.max_header_bytes} bytes")
+            raise _Reject(431, "headers_too_large", "the headers are larger than "
+                          f"{self.server.options.max_header_bytes} bytes")
         if len(name) == 13 and name.lower() == b"authorization":
             self._auth = value
         elif len(name) in (21, 23) and name[:11].lower() == b"x-flakekit-":
@@ -278,57 +280,65 @@ class HttpProtocol(asyncio.Protocol):
         if fast is not None and method == b"GET" and hints is None:
             # the hot path: an open generator's Leaf URL (IdService.fast); what it costs
             # per request is docs/server.md's "Speed"
-            draw, route, hist = fast[1], fast[2], fast[3]
             try:
-                value = draw()
+                value = fast[1]()
             except BaseException as exc:  # noqa: BLE001
                 err = from_exception(exc)
                 self._send(err.status, JSON, error_body(err.status, err.code, err.message),
                            err.headers, keep_alive)
-                service.stats.observe(route, err.status, _perf() - t0)
+                service.stats.observe(fast[2], err.status, _perf() - t0)
                 return
             if value is None:   # a segment key whose buffers are empty: never wait here
-                self._defer(service.draw_later(fast[0], route), method, keep_alive, t0)
+                self._defer(service.draw_later(fast[0], fast[2]), method, keep_alive, t0)
                 return
-            body = b"%d" % value
-            self.transport.write(b"%s%d\r\n%s\r\n%s" % (
-                _OK_TEXT, len(body), b"" if keep_alive else _CLOSE, body))
-            if not keep_alive:
-                self._close_after_write()
-            elapsed = _perf() - t0
-            hist[0 if elapsed < FIRST_BUCKET_NS else bucket(elapsed)] += 1
-            hist[-2] += elapsed
-            hist[-1] += 1
-            return
-        strict = service.strict_fast.get(url) if service.strict_fast else None
-        if strict is not None and method == b"GET" and (hints is None or hints.view_epoch is None):
+            header = b""
+            hist = fast[3]
+        else:
+            strict = service.strict_fast.get(url) if service.strict_fast else None
+            if strict is None or method != b"GET" or (
+                    hints is not None and hints.view_epoch is not None):
+                self._handle(method, url, auth, keep_alive, t0, hints)
+                return
             # cluster mode: a strict key this node owns, its IDs in memory (every check of
             # ClusterNode.next_id made after the draw); else handle() forwards, refuses or
             # waits for the hand-off in a thread
             got = strict[1](strict[0])
-            if got is not None:
-                body = b"%d" % got[0]
-                self.transport.write(b"%s%d\r\n%s: %d\r\n%s\r\n%s" % (
-                    _OK_TEXT, len(body), OWNER_EPOCH, got[1], b"" if keep_alive else _CLOSE,
-                    body))
-                if not keep_alive:
-                    self._close_after_write()
-                hist = strict[2]
-                elapsed = _perf() - t0
-                hist[0 if elapsed < FIRST_BUCKET_NS else bucket(elapsed)] += 1
-                hist[-2] += elapsed
-                hist[-1] += 1
+            if got is None:
+                self._handle(method, url, auth, keep_alive, t0, hints)
                 return
-        answer = service.handle(method, url, auth, hints)
+            value = got[0]
+            header = b"%s: %d\r\n" % (OWNER_EPOCH, got[1])
+            hist = strict[2]
+        # 200 with the ID, counted in the URL's histogram (no other per-request work)
+        body = b"%d" % value
+        self.transport.write(b"%s%d\r\n%s%s\r\n%s" % (
+            _OK_TEXT, len(body), header, b"" if keep_alive else _CLOSE, body))
+        if not keep_alive:
+            self._close_after_write()
+        elapsed = _perf() - t0
+        hist[0 if elapsed < FIRST_BUCKET_NS else bucket(elapsed)] += 1
+        hist[-2] += elapsed
+        hist[-1] += 1
+
+    def _handle(self, method: bytes, url: bytes, auth: bytes | None, keep_alive: bool,
+                t0: int, hints: Hints | None) -> None:
+        """Anything but the hot path: :meth:`IdService.handle`, answered now or once its
+        :class:`Pending` is done."""
+        answer = self.service.handle(method, url, auth, hints)
         if isinstance(answer, Pending):
             self._defer(answer, method, keep_alive, t0)
             return
+        self._answer(method, answer, keep_alive, t0)
+
+    def _answer(self, method: bytes, answer: tuple[Any, ...], keep_alive: bool,
+                t0: int) -> None:
+        """Send ``answer`` (a HEAD: its head only) and count it under its route."""
         status, ctype, body, headers, route = answer
         if method == b"HEAD":
             self._send_head(status, ctype, len(body), headers, keep_alive)
         else:
             self._send(status, ctype, body, headers, keep_alive)
-        service.stats.observe(route, status, _perf() - t0)
+        self.service.stats.observe(route, status, _perf() - t0)
 
     def _defer(self, pending: Pending, method: bytes, keep_alive: bool, t0: int) -> None:
         """Answer once ``pending`` is done; the connection reads and answers nothing else
@@ -343,13 +353,7 @@ class HttpProtocol(asyncio.Protocol):
                 return
             self._task = None
             self.busy = False
-            status, ctype, body, headers, route = answer
-            alive = keep_alive and not self.close_when_done
-            if method == b"HEAD":
-                self._send_head(status, ctype, len(body), headers, alive)
-            else:
-                self._send(status, ctype, body, headers, alive)
-            self.service.stats.observe(route, status, _perf() - t0)
+            self._answer(method, answer, keep_alive and not self.close_when_done, t0)
             if not self.closing and not inline[0]:
                 self._pump()
 
@@ -372,7 +376,8 @@ class HttpProtocol(asyncio.Protocol):
         task.add_done_callback(done)
 
     # -- writing ---------------------------------------------------------------------------------
-    def _send(self, status: int, ctype: bytes, body: bytes, headers: bytes, keep_alive: bool) -> None:
+    def _send(self, status: int, ctype: bytes, body: bytes, headers: bytes,
+              keep_alive: bool) -> None:
         if self.transport is None or self.transport.is_closing():
             return
         head = b"%sContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
@@ -385,7 +390,8 @@ class HttpProtocol(asyncio.Protocol):
         if not keep_alive:
             self._close_after_write()
 
-    def _send_head(self, status: int, ctype: bytes, length: int, headers: bytes, keep_alive: bool) -> None:
+    def _send_head(self, status: int, ctype: bytes, length: int, headers: bytes,
+                   keep_alive: bool) -> None:
         """A HEAD answer: the GET answer's headers, no body."""
         if self.transport is None or self.transport.is_closing():
             return
@@ -402,8 +408,9 @@ class HttpProtocol(asyncio.Protocol):
 
     def evictable(self) -> bool:
         """Waiting for a request and holding none: may make room for a new connection."""
-        return not self.closing and not self.paused and not self.busy and not self._queue and not self._inbuf and (
-            self.waiting == IDLE and not self._in_head or not self.got_bytes)
+        if self.closing or self.paused or self.busy or self._queue or self._inbuf:
+            return False
+        return self.waiting == IDLE and not self._in_head or not self.got_bytes
 
 
 class ServerState:

@@ -52,7 +52,7 @@ from flakekit.plugin import (
     WorkerAllocator,
     WorkerLease,
 )
-from flakekit_server.app import JSON, HttpError, Pending, Response, _params, not_found
+from flakekit_server.answers import JSON, HttpError, Pending, Response, not_found, query_params
 
 __all__ = ["LEASES_PREFIX", "Grant", "LeaseApi", "RateLimit"]
 
@@ -141,15 +141,15 @@ class LeaseApi:
                             f"second from this token; retry in {wait:.2f} s",
                             b"Retry-After: %d\r\n" % max(1, round(wait)))
         if len(parts) == 1 and method == b"GET":
-            _params(query, {})
+            query_params(query, {})
             return self._off_loop("lease_records", lambda: self._records(allocator))
         if len(parts) == 1:
-            p = _params(query, {"max_worker_id": "", "clock": ""})
+            p = query_params(query, {"max_worker_id": "", "clock": ""})
             top = _int(p, "max_worker_id")
             clock = _int(p, "clock")
             return self._off_loop("lease_grant", lambda: self._grant(name, allocator, client,
                                                                      top, clock))
-        p = _params(query, {"epoch": "", "mark": ""})
+        p = query_params(query, {"epoch": "", "mark": ""})
         epoch, mark = _int(p, "epoch"), _int(p, "mark")
         if parts[2] == "renew":
             return self._off_loop("lease_renew", lambda: self._renew(

@@ -205,72 +205,80 @@ PROCESS_FAMILIES = [
     ("max_fds", "process_max_fds", "gauge", "Maximum number of open file descriptors."),
 ]
 
-FAMILIES = [
-    ("flakekit_build_info", "gauge",
-     "Always 1; the labels name the flakekit, server plugin and Python versions."),
-    *((name, kind, help_) for _, name, kind, help_ in PROCESS_FAMILIES),
-    ("flakekit_server_ready", "gauge",
-     "1 while this process is ready (every lease valid, every segment key has a buffer)."),
-    ("flakekit_server_processes_expected", "gauge",
-     "Worker processes the server runs (--workers)."),
-    ("flakekit_server_processes_running", "gauge", "Worker processes serving now."),
-    ("flakekit_server_process_running", "gauge", "1 while this worker process serves."),
-    ("flakekit_server_process_restarts_total", "counter",
-     "Times the supervisor restarted this worker process."),
-    ("flakekit_server_start_time_seconds", "gauge", "Unix time the process started serving."),
-    ("flakekit_ids_issued_total", "counter", "IDs handed out over HTTP, by generator."),
-    ("flakekit_generator_ready", "gauge", "1 while the generator can issue IDs."),
-    ("flakekit_worker_id", "gauge", "The worker id a snowflake generator leased."),
-    ("flakekit_lease_epoch", "gauge", "The epoch (fencing token) of the worker lease."),
-    ("flakekit_lease_remaining_seconds", "gauge",
-     "Seconds left on the worker lease (+Inf: never expires; negative: lapsed)."),
-    ("flakekit_lease_renewals_total", "counter", "Successful lease renewals."),
-    ("flakekit_lease_renew_failures_total", "counter", "Failed lease renewals."),
-    ("flakekit_lease_losses_total", "counter",
-     "Worker leases lost (the generator stopped issuing)."),
-    ("flakekit_clock_rollbacks_total", "counter",
-     "Times the wall clock stepped back (waited: waited it out)."),
-    ("flakekit_alerts_total", "counter", "Alerts raised (e.g. worker-reclaim, worker-capacity)."),
-    ("flakekit_segment_step", "gauge", "The current (dynamic) step of a segment key."),
-    ("flakekit_segment_buffer_ready", "gauge", "1 if the buffer (current/next) holds IDs."),
-    ("flakekit_segment_buffer_remaining", "gauge", "IDs left in the buffer."),
-    ("flakekit_segment_buffer_fill_ratio", "gauge",
-     "Share of the buffer's segment still unused (0..1)."),
-    ("flakekit_segment_fetches_total", "counter", "Segments fetched from the database."),
-    ("flakekit_segment_fetch_failures_total", "counter", "Failed segment fetches."),
-    ("flakekit_segment_fetch_duration_seconds", "histogram", "Database fetch latency per key."),
-    ("flakekit_lease_acquire_duration_seconds", "histogram",
-     "Worker-lease acquire latency (successful acquires, re-acquires included)."),
-    ("flakekit_segment_fetch_duration_max_seconds", "gauge", "Slowest database fetch per key."),
-    ("flakekit_segment_fetch_duration_last_seconds", "gauge", "Latest database fetch per key."),
-    ("flakekit_segment_waits_total", "counter",
-     "Requests that waited for a refill (both buffers empty)."),
-    ("flakekit_segment_unavailable_total", "counter",
-     "Requests refused: no refill within the wait budget."),
-    ("flakekit_http_requests_total", "counter", "HTTP requests by route and status code."),
-    ("flakekit_http_request_duration_seconds", "histogram",
-     "Time from a request's first byte to its response, by route."),
-    ("flakekit_http_connections", "gauge", "Open HTTP connections."),
-    ("flakekit_http_rejected_connections_total", "counter",
-     "Connections refused over --max-connections."),
-    ("flakekit_http_offloaded_batches_total", "counter",
-     "Large batches made in a worker thread, off the event loop."),
-    ("flakekit_cluster_view_epoch", "gauge", "The cluster view epoch this node serves by."),
-    ("flakekit_cluster_members", "gauge",
-     "Members of the cluster by state (alive, draining, lapsed, left)."),
-    ("flakekit_cluster_owned_keys", "gauge", "Strict keys this node owns in the current view."),
-    ("flakekit_cluster_lease_remaining_seconds", "gauge",
-     "Seconds left on this node's membership lease."),
-    ("flakekit_cluster_handoffs_total", "counter",
-     "Strict keys this node took over (hand-offs completed)."),
-    ("flakekit_cluster_handoff_duration_seconds", "histogram",
-     "Time from seeing a new owner epoch to serving the key."),
-    ("flakekit_cluster_forwards_total", "counter",
-     "Requests forwarded to a strict key's owner, by result."),
-    ("flakekit_cluster_misdirected_total", "counter",
-     "421 answers: a client that routes by its view asked the wrong node."),
-    ("flakekit_cluster_refused_total", "counter", "503 answers for strict keys, by reason."),
-]
+#: every family /metrics exposes, one a line: its name after ``flakekit_``, its kind and
+#: its help text (a line that starts with spaces goes on with the one before; ``*process``:
+#: the process families above, at that place)
+_FAMILY_TABLE = """
+build_info gauge Always 1; the labels name the flakekit, server plugin and Python versions.
+*process
+server_ready gauge 1 while this process is ready (every lease valid, every segment key has a
+    buffer).
+server_processes_expected gauge Worker processes the server runs (--workers).
+server_processes_running gauge Worker processes serving now.
+server_process_running gauge 1 while this worker process serves.
+server_process_restarts_total counter Times the supervisor restarted this worker process.
+server_start_time_seconds gauge Unix time the process started serving.
+ids_issued_total counter IDs handed out over HTTP, by generator.
+generator_ready gauge 1 while the generator can issue IDs.
+worker_id gauge The worker id a snowflake generator leased.
+lease_epoch gauge The epoch (fencing token) of the worker lease.
+lease_remaining_seconds gauge Seconds left on the worker lease (+Inf: never expires; negative:
+    lapsed).
+lease_renewals_total counter Successful lease renewals.
+lease_renew_failures_total counter Failed lease renewals.
+lease_losses_total counter Worker leases lost (the generator stopped issuing).
+clock_rollbacks_total counter Times the wall clock stepped back (waited: waited it out).
+alerts_total counter Alerts raised (e.g. worker-reclaim, worker-capacity).
+segment_step gauge The current (dynamic) step of a segment key.
+segment_buffer_ready gauge 1 if the buffer (current/next) holds IDs.
+segment_buffer_remaining gauge IDs left in the buffer.
+segment_buffer_fill_ratio gauge Share of the buffer's segment still unused (0..1).
+segment_fetches_total counter Segments fetched from the database.
+segment_fetch_failures_total counter Failed segment fetches.
+segment_fetch_duration_seconds histogram Database fetch latency per key.
+lease_acquire_duration_seconds histogram Worker-lease acquire latency (successful acquires,
+    re-acquires included).
+segment_fetch_duration_max_seconds gauge Slowest database fetch per key.
+segment_fetch_duration_last_seconds gauge Latest database fetch per key.
+segment_waits_total counter Requests that waited for a refill (both buffers empty).
+segment_unavailable_total counter Requests refused: no refill within the wait budget.
+http_requests_total counter HTTP requests by route and status code.
+http_request_duration_seconds histogram Time from a request's first byte to its response, by route.
+http_connections gauge Open HTTP connections.
+http_rejected_connections_total counter Connections refused over --max-connections.
+http_offloaded_batches_total counter Large batches made in a worker thread, off the event loop.
+cluster_view_epoch gauge The cluster view epoch this node serves by.
+cluster_members gauge Members of the cluster by state (alive, draining, lapsed, left).
+cluster_owned_keys gauge Strict keys this node owns in the current view.
+cluster_lease_remaining_seconds gauge Seconds left on this node's membership lease.
+cluster_handoffs_total counter Strict keys this node took over (hand-offs completed).
+cluster_handoff_duration_seconds histogram Time from seeing a new owner epoch to serving the key.
+cluster_forwards_total counter Requests forwarded to a strict key's owner, by result.
+cluster_misdirected_total counter 421 answers: a client that routes by its view asked the wrong
+    node.
+cluster_refused_total counter 503 answers for strict keys, by reason.
+"""
+
+
+def _families(table: str) -> list[tuple[str, str, str]]:
+    """``(name, kind, help)`` of each family of ``table``, in its order."""
+    rows: list[str] = []
+    for line in table.strip().splitlines():
+        if line.startswith(" "):
+            rows[-1] += " " + line.strip()
+        else:
+            rows.append(line)
+    out = []
+    for row in rows:
+        if row == "*process":
+            out += [(name, kind, help_) for _, name, kind, help_ in PROCESS_FAMILIES]
+            continue
+        name, kind, help_ = row.split(" ", 2)
+        out.append(("flakekit_" + name, kind, help_))
+    return out
+
+
+FAMILIES = _families(_FAMILY_TABLE)
 
 #: members' states in the view (their series start at 0)
 MEMBER_STATES = ("alive", "draining", "lapsed", "left")

@@ -23,19 +23,30 @@ class ThreadSpy:
     def __init__(self, gen):
         self.gen = gen
         self.threads: list[str] = []
-        if hasattr(gen, "try_next_ids"):   # a segment key's batch from memory (never waits)
-            self.try_next_ids = self._try_next_ids
 
     def next_ids(self, n):
         self.threads.append(threading.current_thread().name)
         return self.gen.next_ids(n)
 
-    def _try_next_ids(self, n):
+    def __getattr__(self, name):
+        return getattr(self.gen, name)
+
+
+class MemorySpy(ThreadSpy):
+    """The same for a segment key, whose batches come from memory (never waiting)."""
+
+    def try_next_ids(self, n):
         self.threads.append(threading.current_thread().name)
         return self.gen.try_next_ids(n)
 
-    def __getattr__(self, name):
-        return getattr(self.gen, name)
+
+def spy_on(service, name):
+    """Put a spy in place of generator ``name`` (where the service's routes find it)."""
+    if name in service.memory:
+        spy = service.generators[name] = service.memory[name] = MemorySpy(service.generators[name])
+    else:
+        spy = service.generators[name] = ThreadSpy(service.generators[name])
+    return spy
 
 
 @pytest.fixture
@@ -53,7 +64,7 @@ def service(tmp_path):
 def test_large_batch_runs_in_a_worker_thread(service, name):
     """count >= offload_count: the answer is a Pending whose batch is drawn in a worker
     thread, not the caller's (the event loop's); smaller batches stay inline."""
-    spy = service.generators[name] = ThreadSpy(service.generators[name])
+    spy = spy_on(service, name)
     small = service.handle(b"GET", f"/api/v1/next/{name}?count=10".encode(), None)
     assert isinstance(small, tuple) and small[0] == 200
     assert spy.threads == [threading.current_thread().name]
@@ -112,12 +123,12 @@ def test_view_epoch_header_must_be_a_number(tmp_path, start_server):
 def test_a_batch_encoded_in_slices_is_the_same_answer(service, fmt):
     """The loop encodes a large batch ENCODE_SLICE IDs at a time; the bytes are the ones
     the one-piece encoder makes, across ranges that do not line up with the slices."""
-    from flakekit_server import app
+    from flakekit_server import encoding
 
-    batch = IdBatch([range(10, 10 + 3 * app.ENCODE_SLICE + 7), range(90_000, 90_005),
-                     range(100_000, 100_000 + app.ENCODE_SLICE)])
-    whole = service._format("orders", len(batch), fmt, batch, batch.ranges)
-    sliced = asyncio.run(service._format_in_slices("orders", len(batch), fmt, batch))
+    batch = IdBatch([range(10, 10 + 3 * encoding.ENCODE_SLICE + 7), range(90_000, 90_005),
+                     range(100_000, 100_000 + encoding.ENCODE_SLICE)])
+    whole = service.bodies.format("orders", len(batch), fmt, batch, batch.ranges)
+    sliced = asyncio.run(service.bodies.format_in_slices("orders", len(batch), fmt, batch))
     assert sliced == whole
     if fmt == "numbers":
         assert json.loads(whole[2])["ids"] == list(batch)
@@ -126,7 +137,7 @@ def test_a_batch_encoded_in_slices_is_the_same_answer(service, fmt):
 def test_the_loop_answers_other_work_between_slices(service):
     """While a 100k batch is encoded, other callbacks of the loop run between its slices
     (single IDs are answered there): at least one turn per slice."""
-    from flakekit_server import app
+    from flakekit_server import encoding
 
     batch = IdBatch([range(7 << 40, (7 << 40) + 100_000)])
     turns = 0
@@ -142,13 +153,13 @@ def test_the_loop_answers_other_work_between_slices(service):
                 await asyncio.sleep(0)
 
         task = asyncio.create_task(other())
-        answer = await service._format_in_slices("orders", len(batch), "numbers", batch)
+        answer = await service.bodies.format_in_slices("orders", len(batch), "numbers", batch)
         done = True
         await task
         return answer[2]
 
     body = asyncio.run(main())
-    assert turns >= 100_000 // app.DECIMAL_SLICE   # decimal IDs: written in bulk slices
+    assert turns >= 100_000 // encoding.DECIMAL_SLICE   # decimal IDs: written in bulk slices
     assert len(json.loads(body)["ids"]) == 100_000
 
 

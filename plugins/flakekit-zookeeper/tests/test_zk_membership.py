@@ -16,7 +16,7 @@ from flakekit_zookeeper.membership import ZkMembership
 from zkhelpers import expire_session
 
 from flakekit.assembly.kit import build_kit
-from flakekit.cluster.membership import JoinRequest, MemberLease
+from flakekit.cluster.store_contracts import JoinRequest, MemberLease
 from flakekit.errors import BackendError, LeaseLostError
 from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import TcpProxy

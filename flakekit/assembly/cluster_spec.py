@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -187,6 +187,20 @@ class ResolvedCluster:
                 f"{format_unit(spec.lease_ns)}, handoff_wait {format_unit(spec.handoff_wait_ns)}")
 
 
+def _first(explicit: str | None, flag: str, env: Mapping[str, str], var: str,
+           written: str | None, where: str,
+           check: Callable[[Any, str], str]) -> tuple[str | None, str]:
+    """The first of: ``explicit`` (a server flag), ``$var``, the file's value (checked
+    when parsed); and where it came from. ``(None, "")``: none is given."""
+    if explicit is not None:
+        return check(explicit, flag), flag
+    if env.get(var):
+        return check(env[var], var), f"${var}"
+    if written is not None:
+        return written, where
+    return None, ""
+
+
 def resolve_cluster(
     spec: ClusterSpec, env: Mapping[str, str] | None = None, *, node: str | None = None,
     advertise: str | None = None, node_flag: str = "--node",
@@ -196,13 +210,9 @@ def resolve_cluster(
     ``$FLAKEKIT_NODE`` / ``$FLAKEKIT_ADVERTISE`` > the file > the host name (node only)."""
     env = os.environ if env is None else env
     path = spec.path
-    if node is not None:
-        node_id, node_from = check_node(node, node_flag), node_flag
-    elif env.get(NODE_ENV):
-        node_id, node_from = check_node(env[NODE_ENV], NODE_ENV), f"${NODE_ENV}"
-    elif spec.node is not None:
-        node_id, node_from = spec.node, f"{path}.node"
-    else:
+    node_id, node_from = _first(node, node_flag, env, NODE_ENV, spec.node, f"{path}.node",
+                                check_node)
+    if node_id is None:
         host = socket.gethostname()
         try:
             node_id = check_node(host, f"{path}.node")
@@ -211,13 +221,9 @@ def resolve_cluster(
                               f"(letters, digits, '.', '_', '-', at most {MAX_ID_LEN}); set "
                               f"{path}.node or ${NODE_ENV}") from None
         node_from = "the host name"
-    if advertise is not None:
-        url, url_from = check_advertise(advertise, advertise_flag), advertise_flag
-    elif env.get(ADVERTISE_ENV):
-        url, url_from = check_advertise(env[ADVERTISE_ENV], ADVERTISE_ENV), f"${ADVERTISE_ENV}"
-    elif spec.advertise is not None:
-        url, url_from = spec.advertise, f"{path}.advertise"
-    else:
+    url, url_from = _first(advertise, advertise_flag, env, ADVERTISE_ENV, spec.advertise,
+                           f"{path}.advertise", check_advertise)
+    if url is None:
         raise ConfigError(f"{path}.advertise", "is required: the URL peers and clients reach "
                           "this node at, e.g. advertise = \"http://10.0.0.5:8080\" (or pass "
                           f"{advertise_flag} or set ${ADVERTISE_ENV})")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import attrs
 
-from flakekit.cluster.membership import KeyClaim, KeyFence
+from flakekit.cluster.store_contracts import KeyClaim, KeyFence
 from flakekit.generators.periodic import PeriodicSegment
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 
