@@ -25,6 +25,17 @@ def _write(tmp_path: Path, text: str, name: str = "flakekit.toml") -> Path:
     return path
 
 
+def _tables(url: str) -> set[str]:
+    """The table names in the database at ``url``."""
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
 class TestConfigCheckRefusesWhatBuildingRefuses:
     def test_layout_epoch_in_the_future(self, capsys, tmp_path):
         """A generator on a layout that starts in 2999: config check exits 2 with one
@@ -123,8 +134,6 @@ class TestPastedCommands:
     def test_db_init_creates_leaf_alloc_and_the_key_hint_works(self, capsys, tmp_path, db_url):
         """db init creates system_nodes AND leaf_alloc; `next` on a missing key suggests
         `flakekit segments create KEY --step 1000 -c CONFIG`, which, pasted, fixes it."""
-        from sqlalchemy import create_engine, inspect
-
         cfg = _write(tmp_path, f"""
             [backends.main]
             url = "{db_url}"
@@ -138,12 +147,7 @@ class TestPastedCommands:
         """)
         code, out, err = run(capsys, "db", "init", "-c", str(cfg))
         assert code == 0, err
-        engine = create_engine(db_url)
-        try:
-            tables = set(inspect(engine).get_table_names())
-        finally:
-            engine.dispose()
-        assert {"system_nodes", "leaf_alloc", "flakekit_schema"} <= tables
+        assert {"system_nodes", "leaf_alloc", "flakekit_schema"} <= _tables(db_url)
         assert "leaf_alloc" in out
         code, _, err = run(capsys, "next", "invoice", "-c", str(cfg))
         assert code == 2, err
@@ -160,8 +164,6 @@ class TestPastedCommands:
 
     def test_db_init_on_a_segment_only_config_with_its_own_table(self, capsys, tmp_path):
         """A store with its own table name gets that table, and no unrelated one."""
-        from sqlalchemy import create_engine, inspect
-
         cfg = _write(tmp_path, """
             [backends.main]
             url = "sqlite:///ids.db"
@@ -172,11 +174,7 @@ class TestPastedCommands:
         """)
         code, out, err = run(capsys, "db", "init", "-c", str(cfg))
         assert code == 0, err
-        engine = create_engine(f"sqlite:///{tmp_path / 'ids.db'}")
-        try:
-            tables = set(inspect(engine).get_table_names())
-        finally:
-            engine.dispose()
+        tables = _tables(f"sqlite:///{tmp_path / 'ids.db'}")
         assert "my_alloc" in tables and "leaf_alloc" not in tables
 
     def test_key_hint_quotes_what_the_shell_would_split(self, tmp_path):
