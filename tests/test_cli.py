@@ -6,13 +6,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from flakekit.builtin.layouts import SNOWFLAKE
 from flakekit.testing.cli import run_cli as run
+from flakekit.testing.cli import write_toml
 
 CONFIG = """
 [layouts.orders-layout]
@@ -28,9 +28,7 @@ allocator = { type = "static", worker_id = 200 }
 
 @pytest.fixture
 def config_file(tmp_path) -> Path:
-    path = tmp_path / "flakekit.toml"
-    path.write_text(textwrap.dedent(CONFIG))
-    return path
+    return write_toml(tmp_path, CONFIG)
 
 
 class TestLayoutCommands:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from flakekit.testing import free_port, proxied
+from flakekit.testing.cli import write_toml
 
 FLAKEKIT = Path(sys.executable).with_name("flakekit")
 
@@ -26,8 +26,7 @@ def _flakekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _config(tmp_path: Path, url: str) -> Path:
-    path = tmp_path / "flakekit.toml"
-    path.write_text(textwrap.dedent(f"""
+    return write_toml(tmp_path, f"""
         [backends.main]
         url = "{url}"
 
@@ -38,8 +37,7 @@ def _config(tmp_path: Path, url: str) -> Path:
 
         [generators.orders]
         allocator = {{ type = "sql", backend = "main", service = "orders" }}
-    """))
-    return path
+    """)
 
 
 URLS = {

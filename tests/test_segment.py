@@ -78,14 +78,6 @@ def disjoint_fetches(engine, threads: int, fetches: int) -> list[int]:
     return [i for mine in got for r in mine for i in r]
 
 
-@pytest.fixture
-def sql_store(db_url):
-    """A SqlSegmentStore on each database; its engine disposed afterwards."""
-    store = SqlSegmentStore(create_engine(db_url))
-    yield store
-    store.engine.dispose()
-
-
 # -- the SQL store ---------------------------------------------------------------------------
 class TestSqlStore:
     def test_fetch_is_leaf_range(self, sql_store):

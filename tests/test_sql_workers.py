@@ -105,6 +105,15 @@ def row(engine: Engine, worker_id: int) -> dict[str, Any]:
         ).mappings().one())
 
 
+def reclaimed(engine: Engine) -> tuple[SqlWorkerAllocator, WorkerLease, WorkerLease]:
+    """10.0.0.1 leases worker 0, goes quiet for an hour and 10.0.0.2 reclaims the row:
+    (the old allocator, its lease, the new holder's lease)."""
+    old_alloc = make(engine, host="10.0.0.1")
+    old = old_alloc.acquire(req(0))
+    age_rows(engine, 3601)
+    return old_alloc, old, make(engine, host="10.0.0.2").acquire(req(0))
+
+
 def refused_after(engine: Engine, statement: str, *, match: str) -> None:
     """A current workers schema changed by ``statement``: check_schema raises, matching."""
     init_schema(engine, "workers")
@@ -314,11 +323,7 @@ class TestHeartbeat:
 
     def test_reclaimed_holder_cannot_renew(self, db_url, engines):
         """After someone reclaims the row, the old holder's heartbeat raises LeaseLostError."""
-        engine = engines(db_url)
-        old_alloc = make(engine, host="10.0.0.1")
-        old = old_alloc.acquire(req(0))
-        age_rows(engine, 3601)
-        new = make(engine, host="10.0.0.2").acquire(req(0))
+        old_alloc, old, new = reclaimed(engines(db_url))
         assert new.worker_id == old.worker_id and new.epoch == old.epoch + 1
         with pytest.raises(LeaseLostError, match="10.0.0.2"):
             old_alloc.renew(old, 0)
@@ -334,10 +339,7 @@ class TestHeartbeat:
     def test_release_after_loss_is_harmless(self, db_url, engines):
         """Releasing a row someone else holds now changes nothing."""
         engine = engines(db_url)
-        alloc = make(engine, host="10.0.0.1")
-        lease = alloc.acquire(req(0))
-        age_rows(engine, 3601)
-        other = make(engine, host="10.0.0.2").acquire(req(0))
+        alloc, lease, other = reclaimed(engine)
         alloc.release(lease, 0)
         assert row(engine, 0)["holder"] == other.holder
 

@@ -10,19 +10,27 @@ and for durations no database can hold, without connecting to any database.
 from __future__ import annotations
 
 import shlex
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from flakekit.testing import free_port
 from flakekit.testing.cli import run_cli as run
+from flakekit.testing.cli import write_toml
 
 
-def _write(tmp_path: Path, text: str, name: str = "flakekit.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
+def _on_layout(tmp_path: Path, name: str, fields: str, epoch: str) -> Path:
+    """A config whose one generator, g (static worker 1), uses layout ``name``, defined by
+    ``fields`` (TOML) and ``epoch``."""
+    return write_toml(tmp_path, f"""
+        [layouts.{name}]
+        fields = {fields}
+        epoch = "{epoch}"
+
+        [generators.g]
+        layout = "{name}"
+        allocator = {{ type = "static", worker_id = 1 }}
+    """)
 
 
 def _tables(url: str) -> set[str]:
@@ -40,15 +48,8 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
     def test_layout_epoch_in_the_future(self, capsys, tmp_path):
         """A generator on a layout that starts in 2999: config check exits 2 with one
         line naming the generator's layout field, as `next` does."""
-        cfg = _write(tmp_path, """
-            [layouts.later]
-            fields = [["time", 41], ["worker", 10], ["sequence", 12]]
-            epoch = "2999-01-01T00:00:00Z"
-
-            [generators.g]
-            layout = "later"
-            allocator = { type = "static", worker_id = 1 }
-        """)
+        cfg = _on_layout(tmp_path, "later", '[["time", 41], ["worker", 10], ["sequence", 12]]',
+                         "2999-01-01T00:00:00Z")
         for args in (("config", "check", str(cfg)), ("next", "-c", str(cfg))):
             code, out, err = run(capsys, *args)
             assert code == 2, (args, out, err)
@@ -58,15 +59,8 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
 
     def test_time_field_full(self, capsys, tmp_path):
         """A layout whose time bits ran out long ago is refused by config check too."""
-        cfg = _write(tmp_path, """
-            [layouts.short]
-            fields = [["time", 20], ["worker", 31], ["sequence", 12]]
-            epoch = "2000-01-01T00:00:00Z"
-
-            [generators.g]
-            layout = "short"
-            allocator = { type = "static", worker_id = 1 }
-        """)
+        cfg = _on_layout(tmp_path, "short", '[["time", 20], ["worker", 31], ["sequence", 12]]',
+                         "2000-01-01T00:00:00Z")
         code, _, err = run(capsys, "config", "check", str(cfg))
         assert code == 2 and err.startswith("error: generators.g.layout: layout 'short': the time "
                                             "field is full since 2000-01-01")
@@ -80,7 +74,7 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
     def test_durations_no_database_can_hold(self, capsys, tmp_path, key, value):
         """Durations past 100 years fail config check with one line naming the field
         (they used to pass and then crash at start-up with an OverflowError)."""
-        cfg = _write(tmp_path, f"""
+        cfg = write_toml(tmp_path, f"""
             [backends.default]
             url = "sqlite:///ids.db"
 
@@ -97,7 +91,7 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
 
     def test_longest_duration_works_on_every_backend(self, capsys, tmp_path, db_url):
         """The longest accepted reclaim age leases, renews and issues on every database."""
-        cfg = _write(tmp_path, f"""
+        cfg = write_toml(tmp_path, f"""
             [backends.default]
             url = "{db_url}"
 
@@ -113,7 +107,7 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
     def test_check_contacts_no_database(self, capsys, tmp_path):
         """Backends nobody listens on: config check still builds everything and says ok."""
         port = free_port()
-        cfg = _write(tmp_path, f"""
+        cfg = write_toml(tmp_path, f"""
             [backends.pg]
             url = "postgresql+psycopg://postgres@127.0.0.1:{port}/test"
             [backends.my]
@@ -134,7 +128,7 @@ class TestPastedCommands:
     def test_db_init_creates_leaf_alloc_and_the_key_hint_works(self, capsys, tmp_path, db_url):
         """db init creates system_nodes AND leaf_alloc; `next` on a missing key suggests
         `flakekit segments create KEY --step 1000 -c CONFIG`, which, pasted, fixes it."""
-        cfg = _write(tmp_path, f"""
+        cfg = write_toml(tmp_path, f"""
             [backends.main]
             url = "{db_url}"
 
@@ -164,7 +158,7 @@ class TestPastedCommands:
 
     def test_db_init_on_a_segment_only_config_with_its_own_table(self, capsys, tmp_path):
         """A store with its own table name gets that table, and no unrelated one."""
-        cfg = _write(tmp_path, """
+        cfg = write_toml(tmp_path, """
             [backends.main]
             url = "sqlite:///ids.db"
 
@@ -188,7 +182,7 @@ class TestPastedCommands:
 
     def test_key_hint_names_the_config_when_found_after_start(self, capsys, tmp_path):
         """With preload = false the missing key surfaces at next_id(): same hint."""
-        cfg = _write(tmp_path, """
+        cfg = write_toml(tmp_path, """
             [backends.default]
             url = "sqlite:///ids.db"
 

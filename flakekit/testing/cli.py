@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import textwrap
+from pathlib import Path
 from typing import Any
 
 from flakekit.cli import main
 
-__all__ = ["run_cli"]
+__all__ = ["run_cli", "write_toml"]
 
 
 def run_cli(capsys: Any, *args: str, stdin: str | None = None,
@@ -29,3 +31,12 @@ def run_cli(capsys: Any, *args: str, stdin: str | None = None,
     out, err = capsys.readouterr()
     status = code if isinstance(code, int) else (0 if code is None else 1)
     return status, out, err
+
+
+def write_toml(directory: Path, text: str, name: str = "flakekit.toml") -> Path:
+    """Write ``text`` (dedented, so an indented triple-quoted string reads as TOML) to
+    ``directory / name`` and return that path, e.g. for ``run_cli(capsys, "next", "-c",
+    str(path))``."""
+    path = Path(directory) / name
+    path.write_text(textwrap.dedent(text))
+    return path
