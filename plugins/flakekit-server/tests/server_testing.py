@@ -193,3 +193,66 @@ def chromium(tmp_path: Path, *args: str, budget_ms: int = 3000) -> subprocess.Co
            "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
            f"--virtual-time-budget={budget_ms}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+
+
+@pytest.fixture(scope="module")
+def invoice_node(tmp_path_factory) -> Iterator[Server]:
+    """One `invoice_server` a test module shares (fixture)."""
+    with invoice_server(tmp_path_factory.mktemp("invoices")) as server:
+        yield server
+
+
+def base(server: Server) -> str:
+    """The node's base URL, ``http://host:port``."""
+    return f"http://{server.host}:{server.port}"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (yet)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def two_invoice_nodes(tmp: Path) -> Iterator[tuple[Server, Server]]:
+    """Two `flakekit serve` nodes on one SQLite database in ``tmp`` (segment 'invoices', key
+    invoice, step 50; snowflake 'orders'); both stopped on exit."""
+    url = f"sqlite:///{tmp / 'ids.db'}"
+    create_keys(url, {"invoice": 50})
+    config = write_config(tmp / "flakekit.toml", url)
+    one, two = Server(config, tmp=tmp), Server(config, tmp=tmp)
+    try:
+        yield one, two
+    finally:
+        one.stop()
+        two.stop()
+
+
+def start_loaded(tmp: Path, start_server: Any) -> Server:
+    """Through the `start_server` fixture: a node on SQLite in ``tmp`` with segment keys
+    invoice (step 1000) and payment (step 50), 7 IDs drawn from invoice (Leaf's URL) and
+    42 from the snowflake 'orders'."""
+    url = f"sqlite:///{tmp / 'ids.db'}"
+    create_keys(url, {"invoice": 1000, "payment": 50})
+    config = write_config(tmp / "c.toml", url,
+                          segments={"invoices": "invoice", "payments": "payment"})
+    server = start_server(config)
+    for _ in range(7):
+        assert server.get("/api/segment/get/invoice")[0] == 200
+    assert server.get("/api/v1/next/orders?count=42")[0] == 200
+    return server
+
+
+def ok(server: Server, path: str, headers: dict[str, str] | None = None) -> bytes:
+    """GET ``path``; asserts the answer is 200 and returns its body."""
+    status, _, body = server.get(path, headers)
+    assert status == 200, (path, status, body[:500])
+    return body
+
+
+def ok_json(server: Server, path: str, headers: dict[str, str] | None = None) -> Any:
+    """GET ``path``; asserts the answer is 200 and returns its JSON body."""
+    return json.loads(ok(server, path, headers))

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from server_testing import Server, create_keys, fresh_pg, run_cli, write_config
+from server_testing import Server, create_keys, fresh_pg, ok, ok_json, run_cli, write_config
 
 TOKEN = "s3cret-token-0123456789abcdef"
 
@@ -49,7 +49,7 @@ class TestLeafCompatibility:
 
     def test_segment_plain_text_increasing(self, api):
         """/api/segment/get/{key} answers increasing IDs of the key (biz_tag) as plain text."""
-        ids = [int(api.get("/api/segment/get/invoice")[2]) for _ in range(250)]
+        ids = [int(ok(api, "/api/segment/get/invoice")) for _ in range(250)]
         assert ids == sorted(ids) and len(set(ids)) == 250
         assert ids[0] >= 1
 
@@ -67,7 +67,7 @@ class TestLeafCompatibility:
 
     def test_leaf_decode(self, api):
         """/decodeSnowflakeId answers Leaf's JSON (timestamp, workerId, sequenceId)."""
-        value = int(api.get("/api/snowflake/get/orders")[2])
+        value = int(ok(api, "/api/snowflake/get/orders"))
         status, data = api.json(f"/decodeSnowflakeId?snowflakeId={value}")
         assert status == 200
         assert set(data) == {"timestamp", "workerId", "sequenceId"}
@@ -110,9 +110,9 @@ class TestJsonApi:
 
     def test_formats(self, api):
         """strings (safe for JavaScript), ranges (compact) and text (one per line)."""
-        _, data = api.json("/api/v1/next/orders?count=3&format=strings")
+        data = ok_json(api, "/api/v1/next/orders?count=3&format=strings")
         assert all(isinstance(i, str) and i.isdigit() for i in data["ids"])
-        _, data = api.json("/api/v1/next/invoices?count=300&format=ranges")
+        data = ok_json(api, "/api/v1/next/invoices?count=300&format=ranges")
         ids = [i for r in data["ranges"] for i in range(r["start"], r["stop"], r["step"])]
         assert len(set(ids)) == 300
         status, headers, body = api.get("/api/v1/next/orders?count=4&format=text")
@@ -121,9 +121,9 @@ class TestJsonApi:
         assert len(body.split()) == 4
 
     def test_no_id_twice_across_endpoints(self, api):
-        got = [int(api.get("/api/segment/get/invoice")[2]) for _ in range(5)]
-        got += api.json("/api/v1/next/invoices?count=500")[1]["ids"]
-        got += [int(api.get("/api/segment/get/invoice")[2]) for _ in range(5)]
+        got = [int(ok(api, "/api/segment/get/invoice")) for _ in range(5)]
+        got += ok_json(api, "/api/v1/next/invoices?count=500")["ids"]
+        got += [int(ok(api, "/api/segment/get/invoice")) for _ in range(5)]
         assert len(set(got)) == len(got)
 
     @pytest.mark.parametrize("query",
@@ -150,7 +150,7 @@ class TestJsonApi:
         assert data["max_count"] == 5000
 
     def test_decode(self, api):
-        value = api.json("/api/v1/next/orders")[1]["ids"][0]
+        value = ok_json(api, "/api/v1/next/orders")["ids"][0]
         status, data = api.json(f"/api/v1/decode/{value}?generator=orders")
         assert status == 200 and data["id"] == value and data["layout"] == "snowflake"
         assert {"time", "worker", "sequence", "timestamp"} <= set(data)
@@ -242,6 +242,7 @@ class TestAuth:
     def test_wrong_token_401(self, api):
         status, _, body = api.get("/api/segment/get/secret",
                                   {"Authorization": "Bearer wrong-token-0000000000"})
+        assert status == 401
         is_json_error(body, 401, "unauthorized")
         status, _, body = api.get("/api/segment/get/secret", {"Authorization": f"Basic {TOKEN}"})
         assert status == 401
@@ -275,7 +276,7 @@ class TestAuth:
 class TestSafeDefaults:
     def test_binds_loopback_by_default(self, api):
         assert api.host == "127.0.0.1"
-        _, status = api.json("/api/v1/status")
+        status = ok_json(api, "/api/v1/status")
         assert status["server"]["host"] == "127.0.0.1"
 
     def test_static_allocator_refuses_many_processes(self, tmp_path):
@@ -300,7 +301,7 @@ class TestSafeDefaults:
         create_keys(url, {"invoice": 1000})
         config = write_config(tmp_path / "c.toml", url)
         server = start_server(config)
-        assert server.get("/api/segment/get/invoice")[2] == b"1"
+        assert ok(server, "/api/segment/get/invoice") == b"1"
         assert server.get("/api/snowflake/get/orders")[0] == 200
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT holder FROM system_nodes").fetchone()[0] is not None
@@ -369,7 +370,7 @@ class TestMultiProcess:
         assert "2 processes" in server.banner
         deadline = time.monotonic() + 10
         while True:
-            _, status = server.json("/api/v1/status")
+            status = ok_json(server, "/api/v1/status")
             if len(status["processes"]) == 2 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
@@ -378,8 +379,8 @@ class TestMultiProcess:
         assert len(status["processes"]) == 2 and len(workers) == 2, status
         ids = []
         for _ in range(200):  # new connections: spread over both processes
-            ids.append(int(server.get("/api/snowflake/get/orders")[2]))
-            ids.append(int(server.get("/api/segment/get/invoice")[2]))
+            ids.append(int(ok(server, "/api/snowflake/get/orders")))
+            ids.append(int(ok(server, "/api/segment/get/invoice")))
         assert len(set(ids)) == len(ids)
         seen_workers = {(i >> 12) & 1023 for i in ids[::2]}
         assert seen_workers == workers
@@ -444,10 +445,10 @@ class TestPostgres:
             assert run.returncode == 0, run.stderr
             create_keys(url, {"invoice": 500})
             server = start_server(tmp_path / "c.toml", "--workers", "2")
-            ids = [int(server.get("/api/snowflake/get/orders")[2]) for _ in range(50)]
-            ids += [int(server.get("/api/segment/get/invoice")[2]) for _ in range(50)]
-            ids += server.json("/api/v1/next/invoices?count=2000")[1]["ids"]
-            ids += server.json("/api/v1/next/orders?count=2000")[1]["ids"]
+            ids = [int(ok(server, "/api/snowflake/get/orders")) for _ in range(50)]
+            ids += [int(ok(server, "/api/segment/get/invoice")) for _ in range(50)]
+            ids += ok_json(server, "/api/v1/next/invoices?count=2000")["ids"]
+            ids += ok_json(server, "/api/v1/next/orders?count=2000")["ids"]
             assert len(set(ids)) == len(ids) == 4100
             assert server.json("/ready")[0] == 200
             assert server.stop() == 0

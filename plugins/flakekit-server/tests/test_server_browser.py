@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from server_testing import CHROMIUM, NO_CHROMIUM, chromium, create_keys, write_config
+from server_testing import CHROMIUM, NO_CHROMIUM, chromium, start_loaded, write_config
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 
@@ -30,14 +30,7 @@ def cells(dom: str, table_id: str) -> list[list[str]]:
 
 class TestMonitorPage:
     def test_page_shows_generators_leases_and_buffers(self, tmp_path, start_server):
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        create_keys(url, {"invoice": 1000, "payment": 50})
-        config = write_config(tmp_path / "c.toml", url,
-                              segments={"invoices": "invoice", "payments": "payment"})
-        server = start_server(config)
-        for _ in range(7):
-            assert server.get("/api/segment/get/invoice")[0] == 200
-        assert server.get("/api/v1/next/orders?count=42")[0] == 200
+        server = start_loaded(tmp_path, start_server)
         page = f"http://127.0.0.1:{server.port}/"
 
         result = chromium(tmp_path, "--dump-dom", page)

@@ -9,7 +9,7 @@ import time
 import flakekit_server
 import pytest
 from flakekit_server.cli import exposure_warning
-from server_testing import create_keys, write_config
+from server_testing import create_keys, ok, ok_json, write_config
 from test_server_metrics import parse, value
 
 import flakekit
@@ -50,13 +50,13 @@ class TestHead:
         if "segment" in path:
             assert after == first + 1   # consecutive: the HEAD drew nothing
         issued = {g["name"]: g["issued"] for g in
-                  server.json("/api/v1/status")[1]["processes"][0]["generators"]}
+                  ok_json(server, "/api/v1/status")["processes"][0]["generators"]}
         assert issued["invoices" if "segment" in path else "orders"] == 2
 
 
 class TestMetrics:
     def test_process_and_build_info(self, server):
-        m = parse(server.get("/metrics")[2].decode())
+        m = parse(ok(server, "/metrics").decode())
         assert m["flakekit_build_info"] == [({"version": flakekit.__version__,
                                               "server_version": flakekit_server.__version__,
                                               "python": platform.python_version()}, 1.0)]
@@ -73,7 +73,7 @@ class TestMetrics:
         """Every fetch lands in one bucket: the +Inf bucket equals the count, buckets grow."""
         for _ in range(150):   # past the first segment of 100: a second fetch
             assert server.get("/api/segment/get/invoice")[0] == 200
-        m = parse(server.get("/metrics")[2].decode())
+        m = parse(ok(server, "/metrics").decode())
         name = "flakekit_segment_fetch_duration_seconds"
         buckets = [(float(lab["le"]), v) for lab,
                    v in m[name + "_bucket"] if lab["key"] == "invoice"]
@@ -85,7 +85,7 @@ class TestMetrics:
 
     def test_counters_from_start(self, server):
         """A fresh server has every counter at 0: rate() works from the first event on."""
-        m = parse(server.get("/metrics")[2].decode())
+        m = parse(ok(server, "/metrics").decode())
         for waited in ("true", "false"):
             assert value(m, "flakekit_clock_rollbacks_total", generator="orders",
                          waited=waited) == 0
@@ -96,7 +96,7 @@ class TestMetrics:
 
 
 def server_started(server) -> float:
-    return value(parse(server.get("/metrics")[2].decode()), "flakekit_server_start_time_seconds",
+    return value(parse(ok(server, "/metrics").decode()), "flakekit_server_start_time_seconds",
                  process="0")
 
 

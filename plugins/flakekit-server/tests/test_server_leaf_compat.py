@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from server_testing import Server, create_keys, run_cli, write_config
+from server_testing import Server, create_keys, ok, ok_json, run_cli, write_config
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_decode_error_is_200_with_error_msg(leaf):
     for raw in ("abc", "99999999999999999999", "-5"):
         status, data = leaf.json(f"/decodeSnowflakeId?snowflakeId={raw}&_=1")
         assert status == 200 and set(data) == {"errorMsg"}, (raw, data)
-    value = int(leaf.get("/api/snowflake/get/orders")[2])
+    value = int(ok(leaf, "/api/snowflake/get/orders"))
     status, data = leaf.json(f"/decodeSnowflakeId/?snowflakeId={value}", )
     assert status == 200 and set(data) == {"timestamp", "workerId", "sequenceId"}
 
@@ -92,12 +92,12 @@ def test_key_added_while_running_is_served(leaf):
     while (got := leaf.get("/api/segment/get/coupon"))[0] != 200:
         assert got[0] == 404 and time.monotonic() < deadline, got
         time.sleep(0.2)
-    ids = [int(got[2])] + [int(leaf.get("/api/segment/get/coupon")[2]) for _ in range(119)]
+    ids = [int(got[2])] + [int(ok(leaf, "/api/segment/get/coupon")) for _ in range(119)]
     assert ids == sorted(ids) and len(set(ids)) == 120 and ids[0] >= 1
     status, _, body = leaf.get("/api/segment/get/leaf-segment-test")
     assert status == 200 and body.isdigit()
     # the monitor data shows the table's keys under the generator serving them
-    status, data = leaf.json("/api/v1/status")
+    data = ok_json(leaf, "/api/v1/status")
     keys = {k["key"] for p in data["processes"] for g in p["generators"]
             if g["name"] == "invoices" for k in g["keys"]}
     assert {"invoice", "coupon", "leaf-segment-test"} <= keys
@@ -164,7 +164,7 @@ def test_keys_all_two_servers_on_postgresql_never_repeat(tmp_path):
                     time.sleep(0.2)
 
             def draw(server: Server) -> list[int]:
-                return [int(server.get("/api/segment/get/refund")[2]) for _ in range(150)]
+                return [int(ok(server, "/api/segment/get/refund")) for _ in range(150)]
 
             with ThreadPoolExecutor(2) as pool:
                 got = [i for ids in pool.map(draw, servers) for i in ids]

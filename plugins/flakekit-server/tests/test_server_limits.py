@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server_testing import Server, write_config
+from server_testing import Server, ok, write_config
 
 pytestmark = pytest.mark.slow  # about a minute of real attacks; once per CI run
 
@@ -185,7 +185,7 @@ def test_client_that_never_reads_is_disconnected(tmp_path):
         sock.sendall(request * 20)
         t0 = time.monotonic()
         while True:
-            metrics = server.get("/metrics")[2].decode()
+            metrics = ok(server, "/metrics").decode()
             open_now = [line for line in metrics.splitlines()
                         if line.startswith("flakekit_http_connections{")]
             if open_now == ['flakekit_http_connections{process="0"} 1']:  # this request's

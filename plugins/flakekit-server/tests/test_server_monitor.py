@@ -16,7 +16,14 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from server_testing import CHROMIUM, NO_CHROMIUM, chromium, create_keys, write_config
+from server_testing import (
+    CHROMIUM,
+    NO_CHROMIUM,
+    chromium,
+    create_keys,
+    start_loaded,
+    write_config,
+)
 
 from flakekit.testing.waiting import wait_until
 
@@ -74,14 +81,7 @@ def same_origin_proxy(port: int, probe: bytes) -> Iterator[int]:
 def loaded(tmp_path, start_server):
     """A server on SQLite with keys invoice and payment, 7 segment IDs and 42 snowflake IDs
     drawn, after the per-second tick sampled them."""
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 1000, "payment": 50})
-    config = write_config(tmp_path / "c.toml", url,
-                          segments={"invoices": "invoice", "payments": "payment"})
-    server = start_server(config)
-    for _ in range(7):
-        assert server.get("/api/segment/get/invoice")[0] == 200
-    assert server.get("/api/v1/next/orders?count=42")[0] == 200
+    server = start_loaded(tmp_path, start_server)
     wait_until(lambda: sum(generator(status(server), "orders")["rate_per_s"]) == 42, 30,
                what="the tick to sample the 42 IDs", interval=0.2)
     return server

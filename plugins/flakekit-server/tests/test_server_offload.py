@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from flakekit_server.app import IdService, Pending, ServerOptions
-from server_testing import create_keys, write_config
+from server_testing import create_keys, ok, write_config
 
 import flakekit
 from flakekit.values.batch import IdBatch
@@ -91,7 +91,7 @@ def test_offloaded_batch_keeps_pipelined_order(tmp_path, start_server):
     status, body = server.json("/api/v1/status")
     assert status == 200, body
     assert body["processes"][0]["offloaded_batches"] == 1
-    metrics = server.get("/metrics")[2].decode()
+    metrics = ok(server, "/metrics").decode()
     assert 'flakekit_http_offloaded_batches_total{process="0"} 1' in metrics
 
 
