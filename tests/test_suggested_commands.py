@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flakekit.testing import free_port
+from flakekit.testing import unreachable_url
 from flakekit.testing.cli import run_cli as run
 from flakekit.testing.cli import write_toml
 
@@ -106,12 +106,11 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
 
     def test_check_contacts_no_database(self, capsys, tmp_path):
         """Backends nobody listens on: config check still builds everything and says ok."""
-        port = free_port()
         cfg = write_toml(tmp_path, f"""
             [backends.pg]
-            url = "postgresql+psycopg://postgres@127.0.0.1:{port}/test"
+            url = "{unreachable_url('postgresql')}"
             [backends.my]
-            url = "mysql+pymysql://root@127.0.0.1:{port}/test"
+            url = "{unreachable_url('mariadb')}"
 
             [generators.a]
             allocator = {{ type = "sql", backend = "pg" }}

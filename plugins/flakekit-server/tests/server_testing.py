@@ -207,15 +207,6 @@ def base(server: Server) -> str:
     return f"http://{server.host}:{server.port}"
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on (yet)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def two_invoice_nodes(tmp: Path) -> Iterator[tuple[Server, Server]]:
     """Two `flakekit serve` nodes on one SQLite database in ``tmp`` (segment 'invoices', key

@@ -7,7 +7,7 @@ import signal
 import time
 
 import pytest
-from server_testing import Server, base, free_port, two_invoice_nodes
+from server_testing import Server, base, two_invoice_nodes
 
 from flakekit.aio_client import AsyncClient
 from flakekit.errors import (
@@ -16,6 +16,7 @@ from flakekit.errors import (
     ClientError,
     ClientRefusedError,
 )
+from flakekit.testing import free_port
 
 pytestmark = pytest.mark.services
 
