@@ -12,7 +12,7 @@ import pytest
 
 from flakekit.builtin.layouts import SNOWFLAKE
 from flakekit.testing.cli import run_cli as run
-from flakekit.testing.cli import write_toml
+from flakekit.testing.cli import run_ok, write_toml
 
 CONFIG = """
 [layouts.orders-layout]
@@ -152,8 +152,7 @@ def test_decode_with_a_config_without_generators_uses_snowflake(capsys, tmp_path
     layout from, as its help says."""
     path = tmp_path / "empty.toml"
     path.write_text("")
-    code, out, err = run(capsys, "decode", "123", "-c", str(path))
-    assert code == 0, err
+    out = run_ok(capsys, "decode", "123", "-c", str(path))
     assert "sequence" in out
 
 
@@ -213,8 +212,7 @@ class TestSharedClusterConfig:
         """Without advertise anywhere the rest is checked, as `cluster status` reads it,
         and the output says each node gives its own (text and JSON); no database is
         contacted (db.internal does not resolve)."""
-        code, out, err = run(capsys, "config", "check", str(shared))
-        assert code == 0, err
+        out = run_ok(capsys, "config", "check", str(shared))
         assert "cluster 'ids': a shared config" in out and "strict keys: order" in out
         code, out, err = run(capsys, "config", "check", str(shared), "--json")
         data = json.loads(out)
@@ -293,12 +291,10 @@ class TestScriptFriendly:
                        'service = "orders" }\n')
         assert run(capsys, "db", "init", "-c", str(cfg))[0] == 0
         assert run(capsys, "next", "-c", str(cfg))[0] == 0
-        code, out, err = run(capsys, "workers", "-c", str(cfg), "--json")
-        assert code == 0, err
+        out = run_ok(capsys, "workers", "-c", str(cfg), "--json")
         row = json.loads(out)[0]
         assert re.match(self.ISO, row["last_seen"]) and re.match(self.ISO, row["created_at"])
-        code, out, err = run(capsys, "workers", "release", "0", "-c", str(cfg), "--force", "--json")
-        assert code == 0, err
+        out = run_ok(capsys, "workers", "release", "0", "-c", str(cfg), "--force", "--json")
         data = json.loads(out)
         assert (data["generator"], data["worker_id"], data["released"]) == ("orders", 0, True)
 
@@ -309,13 +305,11 @@ class TestScriptFriendly:
         cfg.write_text(f'[backends.main]\nurl = "{sqlite_url}"\n\n[generators.orders]\n'
                        'layout = "snowflake"\nallocator = { type = "sql", backend = "main", '
                        'service = "orders" }\n')
-        code, out, err = run(capsys, "db", "init", "-c", str(cfg), "--json")
-        assert code == 0, err
+        out = run_ok(capsys, "db", "init", "-c", str(cfg), "--json")
         [first] = json.loads(out)
         assert (first["backend"], first["component"], first["before"]) == ("main", "workers", None)
         assert first["created"] == ["system_nodes"] and first["changed"] is True
-        code, out, err = run(capsys, "db", "upgrade", "-c", str(cfg), "--json")
-        assert code == 0, err
+        out = run_ok(capsys, "db", "upgrade", "-c", str(cfg), "--json")
         [again] = json.loads(out)
         assert again["before"] == again["after"] == again["latest"] and again["changed"] is False
         assert again["created"] == [] and "up to date" in again["line"]

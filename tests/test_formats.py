@@ -13,6 +13,7 @@ import flakekit
 from flakekit.builtin.layouts import SNOWFLAKE
 from flakekit.errors import ConfigError, InvalidIdError
 from flakekit.testing.cli import run_cli as run
+from flakekit.testing.cli import run_ok
 from flakekit.values.formats import DECIMAL, ENCODINGS, IdFormat, detect, parse_id
 
 IDS = st.integers(0, 2**64 - 1)
@@ -187,8 +188,7 @@ class TestCli:
         """Without -f, decode recognises prefix and encoding by width."""
         value = SNOWFLAKE.compose(time=99999999, worker=5, sequence=1)
         for fmt in (IdFormat("base62", "ord_"), IdFormat("base32"), IdFormat("hex", "x_")):
-            code, out, err = run(capsys, "decode", fmt.encode(value), "--json")
-            assert code == 0, err
+            out = run_ok(capsys, "decode", fmt.encode(value), "--json")
             assert json.loads(out)["id"] == value
 
     @pytest.mark.parametrize(

@@ -78,6 +78,14 @@ def disjoint_fetches(engine, threads: int, fetches: int) -> list[int]:
     return [i for mine in got for r in mine for i in r]
 
 
+@pytest.fixture
+def mariadb_engine(mariadb_url):
+    """An engine on a fresh MariaDB database; disposed afterwards."""
+    engine = create_engine(mariadb_url)
+    yield engine
+    engine.dispose()
+
+
 # -- the SQL store ---------------------------------------------------------------------------
 class TestSqlStore:
     def test_fetch_is_leaf_range(self, sql_store):
@@ -174,9 +182,9 @@ class TestSqlStore:
         engine.dispose()
 
     @pytest.mark.mariadb
-    def test_leaf_ddl_on_mariadb(self, mariadb_url):
+    def test_leaf_ddl_on_mariadb(self, mariadb_engine):
         """A table made by Leaf's own DDL, with Leaf's example row, works unchanged."""
-        engine = create_engine(mariadb_url)
+        engine = mariadb_engine
         with engine.begin() as conn:
             conn.execute(text(LEAF_DDL))
             conn.execute(text(
@@ -195,20 +203,17 @@ class TestSqlStore:
         with engine.connect() as conn:
             ddl = conn.execute(text("SHOW CREATE TABLE leaf_alloc")).one()[1]
         assert "ON UPDATE current_timestamp()" in ddl
-        engine.dispose()
 
     @pytest.mark.mariadb
-    def test_created_table_is_leafs_on_mariadb(self, mariadb_url):
+    def test_created_table_is_leafs_on_mariadb(self, mariadb_engine):
         """flakekit creates the table with Leaf's DDL on MariaDB."""
-        engine = create_engine(mariadb_url)
-        SqlSegmentStore(engine).create("x", 10)
-        with engine.connect() as conn:
+        SqlSegmentStore(mariadb_engine).create("x", 10)
+        with mariadb_engine.connect() as conn:
             cols = conn.execute(text("SHOW COLUMNS FROM leaf_alloc")).all()
         assert [(c[0], c[1]) for c in cols] == [
             ("biz_tag", "varchar(128)"), ("max_id", "bigint(20)"), ("step", "int(11)"),
             ("description", "varchar(256)"), ("update_time", "timestamp"),
         ]
-        engine.dispose()
 
 
 # -- the generator -----------------------------------------------------------------------------

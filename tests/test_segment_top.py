@@ -17,7 +17,7 @@ from flakekit.errors import ConfigError, SegmentRowError
 from flakekit.generators.segment import SegmentGenerator
 from flakekit.sql.leaf import MAX_ID, SqlSegmentStore
 from flakekit.testing.cli import run_cli as run
-from flakekit.testing.cli import write_toml
+from flakekit.testing.cli import run_ok, write_toml
 
 ISSUE_START = 9223372036854774308  # from the report: 1,499 IDs below the column's maximum
 
@@ -173,8 +173,7 @@ class TestBadRows:
             execute(store, "UPDATE leaf_alloc SET max_id = '12abc' WHERE biz_tag = 'text'")
         config = tmp_path / "flakekit.toml"
         config.write_text(f'[backends.default]\nurl = "{db_url}"\n')
-        code, out, err = run(capsys, "segments", "-c", str(config))
-        assert code == 0, err
+        out = run_ok(capsys, "segments", "-c", str(config))
         lines = out.splitlines()
         assert any(line.split()[:1] == ["good"] for line in lines)
         flagged = [line for line in lines if "cannot serve" in line]
@@ -182,8 +181,7 @@ class TestBadRows:
         assert any("bad" in line and "max_id -7 is negative" in line for line in flagged)
         assert any("full" in line and "used up" in line for line in flagged)
         assert "text" not in out or any("'12abc' is not an integer" in f for f in flagged)
-        code, out, err = run(capsys, "segments", "--json", "-c", str(config))
-        assert code == 0, err
+        out = run_ok(capsys, "segments", "--json", "-c", str(config))
         keys = {k["key"]: k for k in json.loads(out)["stores"][0]["keys"]}
         assert keys["good"]["problem"] is None
         assert "negative" in keys["bad"]["problem"] and keys["bad"]["max_id"] == -7

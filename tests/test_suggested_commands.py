@@ -16,7 +16,7 @@ import pytest
 
 from flakekit.testing import unreachable_url
 from flakekit.testing.cli import run_cli as run
-from flakekit.testing.cli import write_toml
+from flakekit.testing.cli import run_ok, write_toml
 
 
 def _on_layout(tmp_path: Path, name: str, fields: str, epoch: str) -> Path:
@@ -31,6 +31,21 @@ def _on_layout(tmp_path: Path, name: str, fields: str, epoch: str) -> Path:
         layout = "{name}"
         allocator = {{ type = "static", worker_id = 1 }}
     """)
+
+
+def _initialised_segment(capsys, tmp_path: Path, name: str, setting: str) -> Path:
+    """A config whose one generator is segment ``name`` (one more TOML line: ``setting``) on
+    ./ids.db, after `flakekit db init` on it succeeded."""
+    cfg = write_toml(tmp_path, f"""
+        [backends.default]
+        url = "sqlite:///ids.db"
+
+        [generators.{name}]
+        strategy = "segment"
+        {setting}
+    """)
+    run_ok(capsys, "db", "init", "-c", str(cfg))
+    return cfg
 
 
 def _tables(url: str) -> set[str]:
@@ -98,10 +113,8 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
             [generators.g]
             allocator = {{ type = "sql", reclaim_after = ["36500d"], create_schema = true }}
         """)
-        code, _, err = run(capsys, "config", "check", str(cfg))
-        assert code == 0, err
-        code, out, err = run(capsys, "next", "-n", "3", "-c", str(cfg))
-        assert code == 0, err
+        run_ok(capsys, "config", "check", str(cfg))
+        out = run_ok(capsys, "next", "-n", "3", "-c", str(cfg))
         assert len(set(out.split())) == 3
 
     def test_check_contacts_no_database(self, capsys, tmp_path):
@@ -118,8 +131,7 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
             strategy = "segment"
             store = {{ type = "sql", backend = "my" }}
         """)
-        code, out, err = run(capsys, "config", "check", str(cfg))
-        assert code == 0, err
+        out = run_ok(capsys, "config", "check", str(cfg))
         assert "ok (2 generators: a, b" in out
 
 
@@ -138,8 +150,7 @@ class TestPastedCommands:
             strategy = "segment"
             store = {{ type = "sql", backend = "main" }}
         """)
-        code, out, err = run(capsys, "db", "init", "-c", str(cfg))
-        assert code == 0, err
+        out = run_ok(capsys, "db", "init", "-c", str(cfg))
         assert {"system_nodes", "leaf_alloc", "flakekit_schema"} <= _tables(db_url)
         assert "leaf_alloc" in out
         code, _, err = run(capsys, "next", "invoice", "-c", str(cfg))
@@ -147,26 +158,15 @@ class TestPastedCommands:
         hint = f"`flakekit segments create invoice --step 1000 -c {cfg}`"
         assert hint in err, err
         pasted = shlex.split(hint.strip("`"))
-        code, out, err = run(capsys, *pasted[1:])
-        assert code == 0, err
-        code, out, err = run(capsys, "next", "invoice", "-n", "2", "-c", str(cfg))
-        assert code == 0, err
+        run_ok(capsys, *pasted[1:])
+        out = run_ok(capsys, "next", "invoice", "-n", "2", "-c", str(cfg))
         assert out.split() == ["1", "2"]
-        code, out, err = run(capsys, "next", "orders", "-c", str(cfg))
-        assert code == 0, err
+        run_ok(capsys, "next", "orders", "-c", str(cfg))
 
     def test_db_init_on_a_segment_only_config_with_its_own_table(self, capsys, tmp_path):
         """A store with its own table name gets that table, and no unrelated one."""
-        cfg = write_toml(tmp_path, """
-            [backends.main]
-            url = "sqlite:///ids.db"
-
-            [generators.invoice]
-            strategy = "segment"
-            store = { type = "sql", backend = "main", table = "my_alloc" }
-        """)
-        code, out, err = run(capsys, "db", "init", "-c", str(cfg))
-        assert code == 0, err
+        _initialised_segment(capsys, tmp_path, "invoice",
+                             'store = { type = "sql", backend = "default", table = "my_alloc" }')
         tables = _tables(f"sqlite:///{tmp_path / 'ids.db'}")
         assert "my_alloc" in tables and "leaf_alloc" not in tables
 
@@ -181,15 +181,7 @@ class TestPastedCommands:
 
     def test_key_hint_names_the_config_when_found_after_start(self, capsys, tmp_path):
         """With preload = false the missing key surfaces at next_id(): same hint."""
-        cfg = write_toml(tmp_path, """
-            [backends.default]
-            url = "sqlite:///ids.db"
-
-            [generators.lazy]
-            strategy = "segment"
-            preload = false
-        """)
-        assert run(capsys, "db", "init", "-c", str(cfg))[0] == 0
+        cfg = _initialised_segment(capsys, tmp_path, "lazy", "preload = false")
         code, _, err = run(capsys, "next", "lazy", "-c", str(cfg))
         assert code == 2
         assert f"`flakekit segments create lazy --step 1000 -c {cfg}`" in err, err

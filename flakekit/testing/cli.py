@@ -9,7 +9,7 @@ from typing import Any
 
 from flakekit.cli import main
 
-__all__ = ["run_cli", "write_toml"]
+__all__ = ["run_cli", "run_ok", "write_toml"]
 
 
 def run_cli(capsys: Any, *args: str, stdin: str | None = None,
@@ -40,3 +40,11 @@ def write_toml(directory: Path, text: str, name: str = "flakekit.toml") -> Path:
     path = Path(directory) / name
     path.write_text(textwrap.dedent(text))
     return path
+
+
+def run_ok(capsys: Any, *args: str, **kw: Any) -> str:
+    """:func:`run_cli` for a command that must succeed: asserts exit status 0 (the message
+    shows stderr) and returns stdout."""
+    code, out, err = run_cli(capsys, *args, **kw)
+    assert code == 0, f"flakekit {' '.join(args)}: exit {code}\n{err}"
+    return out
