@@ -211,9 +211,7 @@ def base(server: Server) -> str:
 def two_invoice_nodes(tmp: Path) -> Iterator[tuple[Server, Server]]:
     """Two `flakekit serve` nodes on one SQLite database in ``tmp`` (segment 'invoices', key
     invoice, step 50; snowflake 'orders'); both stopped on exit."""
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 50})
-    config = write_config(tmp / "flakekit.toml", url)
+    config = sqlite_config(tmp, {"invoice": 50}, name="flakekit.toml")
     one, two = Server(config, tmp=tmp), Server(config, tmp=tmp)
     try:
         yield one, two
@@ -226,10 +224,8 @@ def start_loaded(tmp: Path, start_server: Any) -> Server:
     """Through the `start_server` fixture: a node on SQLite in ``tmp`` with segment keys
     invoice (step 1000) and payment (step 50), 7 IDs drawn from invoice (Leaf's URL) and
     42 from the snowflake 'orders'."""
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 1000, "payment": 50})
-    config = write_config(tmp / "c.toml", url,
-                          segments={"invoices": "invoice", "payments": "payment"})
+    config = sqlite_config(tmp, {"invoice": 1000, "payment": 50},
+                           segments={"invoices": "invoice", "payments": "payment"})
     server = start_server(config)
     for _ in range(7):
         assert server.get("/api/segment/get/invoice")[0] == 200
@@ -247,3 +243,13 @@ def ok(server: Server, path: str, headers: dict[str, str] | None = None) -> byte
 def ok_json(server: Server, path: str, headers: dict[str, str] | None = None) -> Any:
     """GET ``path``; asserts the answer is 200 and returns its JSON body."""
     return json.loads(ok(server, path, headers))
+
+
+def sqlite_config(tmp: Path, keys: dict[str, int] | None = None, name: str = "c.toml",
+                  **kw: Any) -> Path:
+    """`write_config` ``tmp / name`` (``kw`` go there) on the SQLite file ``tmp/ids.db``;
+    with ``keys`` (key: step), leaf_alloc is created holding them."""
+    url = f"sqlite:///{tmp / 'ids.db'}"
+    if keys is not None:
+        create_keys(url, keys)
+    return write_config(tmp / name, url, **kw)

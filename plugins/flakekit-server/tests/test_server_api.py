@@ -11,7 +11,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from server_testing import Server, create_keys, fresh_pg, ok, ok_json, run_cli, write_config
+from server_testing import (
+    Server,
+    create_keys,
+    fresh_pg,
+    ok,
+    ok_json,
+    run_cli,
+    sqlite_config,
+    write_config,
+)
 
 TOKEN = "s3cret-token-0123456789abcdef"
 
@@ -21,10 +30,8 @@ def api(tmp_path_factory):
     """One server for the read-mostly tests: snowflake 'orders', segments 'invoices'
     (key invoice) and 'secret' (key secret, needs a token)."""
     tmp = tmp_path_factory.mktemp("api")
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 100, "secret": 10})
-    config = write_config(tmp / "flakekit.toml", url,
-                          segments={"invoices": "invoice", "secret": "secret"})
+    config = sqlite_config(tmp, {"invoice": 100, "secret": 10}, name="flakekit.toml",
+                           segments={"invoices": "invoice", "secret": "secret"})
     tokens = tmp / "tokens"
     tokens.write_text(f"# generator token\nsecret {TOKEN}\n")
     server = Server(config, "--max-count", "5000", "--token-file", str(tokens), tmp=tmp)
@@ -262,8 +269,7 @@ class TestAuth:
         ("orders", "expected 'GENERATOR TOKEN'"),
     ])
     def test_bad_token_file_exit_2(self, tmp_path, text, message):
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        config = write_config(tmp_path / "c.toml", url, segments={})
+        config = sqlite_config(tmp_path, segments={})
         tokens = tmp_path / "tokens"
         tokens.write_text(text + "\n")
         result = run_cli("serve", "--config", str(config), "--port", "0", "--token-file",
@@ -288,8 +294,7 @@ class TestSafeDefaults:
 
     def test_snowflake_default_serves_any_key(self, tmp_path, start_server):
         """With --snowflake-default, any key works, as Leaf ignores it."""
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        config = write_config(tmp_path / "c.toml", url, segments={})
+        config = sqlite_config(tmp_path, segments={})
         server = start_server(config, "--snowflake-default", "orders")
         status, _, body = server.get("/api/snowflake/get/anything")
         assert status == 200 and body.isdigit()
@@ -297,9 +302,7 @@ class TestSafeDefaults:
     def test_graceful_shutdown_releases_lease_and_gives_back(self, tmp_path, start_server):
         """SIGTERM: leases released (holder cleared), the segment tail given back."""
         db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        create_keys(url, {"invoice": 1000})
-        config = write_config(tmp_path / "c.toml", url)
+        config = sqlite_config(tmp_path, {"invoice": 1000})
         server = start_server(config)
         assert ok(server, "/api/segment/get/invoice") == b"1"
         assert server.get("/api/snowflake/get/orders")[0] == 200
@@ -317,9 +320,7 @@ class TestReadiness:
     def test_ready_flips_when_lease_lost(self, tmp_path, start_server):
         """Another holder takes the worker row: the heartbeat fails, /ready goes 503, IDs stop."""
         db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        create_keys(url, {"invoice": 100})
-        config = write_config(tmp_path / "c.toml", url, heartbeat="200ms")
+        config = sqlite_config(tmp_path, {"invoice": 100}, heartbeat="200ms")
         server = start_server(config)
         status, data = server.json("/ready")
         assert status == 200 and data["ready"] is True
@@ -342,10 +343,7 @@ class TestReadiness:
     def test_not_ready_without_segment_buffer(self, tmp_path, start_server):
         """A segment key whose buffers are empty and cannot refill makes /ready 503."""
         db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        create_keys(url, {"tiny": 2})
-        config = write_config(tmp_path / "c.toml", url, segments={"tiny": "tiny"},
-                              extra="")
+        config = sqlite_config(tmp_path, {"tiny": 2}, segments={"tiny": "tiny"})
         config.write_text(config.read_text().replace('key = "tiny"',
                                                      'key = "tiny"\ndynamic_step = '
                                                      'false\nwait_budget = "100ms"'))
@@ -363,9 +361,7 @@ class TestMultiProcess:
     def test_two_processes_two_leases(self, tmp_path, start_server):
         """--workers 2: each process leases its own worker id; IDs over many connections are
         unique."""
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        create_keys(url, {"invoice": 1000})
-        config = write_config(tmp_path / "c.toml", url)
+        config = sqlite_config(tmp_path, {"invoice": 1000})
         server = start_server(config, "--workers", "2")
         assert "2 processes" in server.banner
         deadline = time.monotonic() + 10

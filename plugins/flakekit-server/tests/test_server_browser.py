@@ -12,7 +12,13 @@ import re
 from pathlib import Path
 
 import pytest
-from server_testing import CHROMIUM, NO_CHROMIUM, chromium, start_loaded, write_config
+from server_testing import (
+    CHROMIUM,
+    NO_CHROMIUM,
+    chromium,
+    sqlite_config,
+    start_loaded,
+)
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 
@@ -74,8 +80,7 @@ class TestMonitorPage:
         import time
 
         db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        config = write_config(tmp_path / "c.toml", url, heartbeat="200ms", segments={})
+        config = sqlite_config(tmp_path, heartbeat="200ms", segments={})
         server = start_server(config)
         with sqlite3.connect(db) as conn:
             conn.execute("UPDATE system_nodes SET version = version + 1, holder = 'thief'")

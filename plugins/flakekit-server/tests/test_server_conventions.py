@@ -9,7 +9,7 @@ import time
 import flakekit_server
 import pytest
 from flakekit_server.cli import exposure_warning
-from server_testing import create_keys, ok, ok_json, write_config
+from server_testing import ok, ok_json, sqlite_config
 from test_server_metrics import parse, value
 
 import flakekit
@@ -17,9 +17,7 @@ import flakekit
 
 @pytest.fixture
 def server(tmp_path, start_server):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    return start_server(write_config(tmp_path / "c.toml", url))
+    return start_server(sqlite_config(tmp_path, {"invoice": 100}))
 
 
 class TestHead:
@@ -112,8 +110,7 @@ class TestExposureWarning:
         assert exposure_warning(host, "/etc/tokens") is None
 
     def test_printed_by_serve(self, tmp_path, start_server):
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        config = write_config(tmp_path / "c.toml", url, segments={})
+        config = sqlite_config(tmp_path, segments={})
         exposed = start_server(config, "--host", "0.0.0.0")
         time.sleep(0.2)
         lines = [line for line in exposed.log().splitlines() if "--token-file" in line]

@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from server_testing import Server, create_keys, ok, ok_json, run_cli, write_config
+from server_testing import Server, create_keys, ok, ok_json, run_cli, sqlite_config, write_config
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +127,7 @@ def test_without_keys_all_new_keys_are_404(tmp_path):
 
 
 def test_bad_keys_value_is_one_line(tmp_path):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    config = write_config(tmp_path / "flakekit.toml", url, segments={})
+    config = sqlite_config(tmp_path, name="flakekit.toml", segments={})
     config.write_text(config.read_text() + '[generators.x]\nstrategy = "segment"\n'
                       'store = { type = "sql", backend = "main", keys = "every" }\n')
     result = run_cli("config", "check", str(config))

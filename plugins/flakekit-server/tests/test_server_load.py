@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from server_testing import create_keys, write_config
+from server_testing import sqlite_config
 
 THREADS = 8
 BATCHES = 13        # per thread and generator
@@ -17,9 +17,7 @@ SINGLES = 250       # per thread and generator
 
 @pytest.mark.slow
 def test_million_ids_no_duplicate(tmp_path, start_server):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 10_000})
-    config = write_config(tmp_path / "c.toml", url)
+    config = sqlite_config(tmp_path, {"invoice": 10_000})
     server = start_server(config, "--workers", "2", "--max-count", str(BATCH))
     got: dict[str, list[list[int]]] = {"orders": [], "invoices": []}
     errors: list[str] = []

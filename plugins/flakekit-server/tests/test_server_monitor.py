@@ -20,9 +20,8 @@ from server_testing import (
     CHROMIUM,
     NO_CHROMIUM,
     chromium,
-    create_keys,
+    sqlite_config,
     start_loaded,
-    write_config,
 )
 
 from flakekit.testing.waiting import wait_until
@@ -157,13 +156,10 @@ class TestMonitorPictures:
 
     def test_keys_are_text_not_markup(self, tmp_path, start_server):
         """A key in the table that is HTML shows as text; its script never runs."""
-        db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        create_keys(url, {"invoice": 100})
-        with sqlite3.connect(db) as conn:
+        config = sqlite_config(tmp_path, {"invoice": 100}, segments={"invoices": "invoice"})
+        with sqlite3.connect(tmp_path / "ids.db") as conn:
             conn.execute("INSERT INTO leaf_alloc (biz_tag, max_id, step, description) "
                          "SELECT ?, max_id, step, description FROM leaf_alloc", (EVIL,))
-        config = write_config(tmp_path / "c.toml", url, segments={"invoices": "invoice"})
         server = start_server(config)
         result = chromium(tmp_path, "--dump-dom", f"http://127.0.0.1:{server.port}/")
         assert result.returncode == 0, result.stderr[-2000:]
