@@ -253,3 +253,16 @@ def sqlite_config(tmp: Path, keys: dict[str, int] | None = None, name: str = "c.
     if keys is not None:
         create_keys(url, keys)
     return write_config(tmp / name, url, **kw)
+
+
+def exchange(server: Server, request: bytes, timeout: float = 10) -> bytes:
+    """Send raw ``request`` bytes on one new connection; all the server answers until it
+    closes the connection."""
+    import socket
+
+    with socket.create_connection((server.host, server.port), timeout=timeout) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import time
 import urllib.error
@@ -14,6 +13,7 @@ import pytest
 from server_testing import (
     Server,
     create_keys,
+    exchange,
     fresh_pg,
     ok,
     ok_json,
@@ -213,22 +213,15 @@ class TestErrors:
 
     def test_garbage_is_400_json(self, api):
         """Bytes that are not HTTP get a 400 with a JSON body, and the connection closes."""
-        with socket.create_connection(("127.0.0.1", api.port), timeout=5) as sock:
-            sock.sendall(b"\x16\x03\x01garbage\r\n\r\n")
-            data = b""
-            while chunk := sock.recv(65536):
-                data += chunk
+        data = exchange(api, b"\x16\x03\x01garbage\r\n\r\n", timeout=5)
         head, _, body = data.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 400")
         is_json_error(body, 400, "bad_request")
 
     def test_pipelined_requests_answered_in_order(self, api):
-        with socket.create_connection(("127.0.0.1", api.port), timeout=5) as sock:
-            req = b"GET /api/segment/get/invoice HTTP/1.1\r\nHost: x\r\n\r\n"
-            sock.sendall(req * 3 + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            data = b""
-            while chunk := sock.recv(65536):
-                data += chunk
+        req = b"GET /api/segment/get/invoice HTTP/1.1\r\nHost: x\r\n\r\n"
+        data = exchange(api, req * 3 + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: "
+                                       b"close\r\n\r\n", timeout=5)
         assert data.count(b"HTTP/1.1 200 OK") == 4
         bodies = [part.split(b"HTTP/1.1")[0] for part in data.split(b"\r\n\r\n")[1:4]]
         ids = [int(b) for b in bodies]
