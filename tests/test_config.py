@@ -81,8 +81,8 @@ class TestParse:
         from flakekit.testing.cli import run_cli
 
         path = write_toml(tmp_path, '[backends.main]\nurl = "sqlite:///x.db"\n[generators.a]\n'
-                     'strategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
-                     'key = "bad key"\n')
+                          'strategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
+                          'key = "bad key"\n')
         code, _, err = run_cli(capsys, "config", "check", str(path))
         assert code == 2 and err.startswith("error: generators.a.key: 'bad key' is not a valid "
                                             "segment key")
