@@ -266,3 +266,18 @@ def exchange(server: Server, request: bytes, timeout: float = 10) -> bytes:
         while chunk := sock.recv(65536):
             data += chunk
     return data
+
+
+def sqlite_server(tmp: Path, generators: str, keys: dict[str, int] | None = None) -> Server:
+    """A `flakekit serve` of the ``generators`` TOML on backend ``main``, the SQLite file
+    ``tmp/ids.db`` (with ``keys``, leaf_alloc is created holding them); ``.url`` and
+    ``.config`` say where."""
+    url = f"sqlite:///{tmp / 'ids.db'}"
+    if keys is not None:
+        create_keys(url, keys)
+    config = tmp / "flakekit.toml"
+    config.write_text(f'[backends.main]\nurl = "{url}"\n\n' + generators)
+    server = Server(config, tmp=tmp)
+    server.url = url  # type: ignore[attr-defined]
+    server.config = config  # type: ignore[attr-defined]
+    return server

@@ -7,26 +7,28 @@ import json
 import time
 
 import pytest
-from server_testing import Server, create_keys, ok, ok_json, run_cli, sqlite_config, write_config
+from server_testing import (
+    Server,
+    create_keys,
+    ok,
+    ok_json,
+    run_cli,
+    sqlite_config,
+    sqlite_server,
+    write_config,
+)
 
 
 @pytest.fixture(scope="module")
 def leaf(tmp_path_factory):
     """Snowflake 'orders'; segment 'invoices' (key invoice) on a store with keys = "all"."""
-    tmp = tmp_path_factory.mktemp("leaf")
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 100, "leaf-segment-test": 2000})
-    config = tmp / "flakekit.toml"
-    config.write_text(
-        f'[backends.main]\nurl = "{url}"\n\n'
+    server = sqlite_server(
+        tmp_path_factory.mktemp("leaf"),
         '[generators.orders]\nstrategy = "snowflake"\n'
         'allocator = { type = "sql", backend = "main" }\n\n'
         '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\n'
-        'store = { type = "sql", backend = "main", keys = "all" }\n'
-    )
-    server = Server(config, tmp=tmp)
-    server.url = url
-    server.config = config
+        'store = { type = "sql", backend = "main", keys = "all" }\n',
+        keys={"invoice": 100, "leaf-segment-test": 2000})
     yield server
     server.stop()
 

@@ -4,7 +4,7 @@ format=strings the template's, both of the database's current day. Real server, 
 from __future__ import annotations
 
 import pytest
-from server_testing import Server
+from server_testing import sqlite_server
 from sqlalchemy import create_engine
 
 from flakekit.sql.leaf import SqlSegmentStore
@@ -12,17 +12,11 @@ from flakekit.sql.leaf import SqlSegmentStore
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("periodic")
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    config = tmp / "flakekit.toml"
-    config.write_text(
-        f'[backends.main]\nurl = "{url}"\n\n'
+    server = sqlite_server(
+        tmp_path_factory.mktemp("periodic"),
         '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\nreset = "daily"\n'
         'template = "INV-{date:%Y%m%d}-{seq:06d}"\nperiod_step = 50\n'
-        'store = { type = "sql", backend = "main" }\n'
-    )
-    server = Server(config, tmp=tmp)
-    server.url = url
+        'store = { type = "sql", backend = "main" }\n')
     yield server
     server.stop()
 
