@@ -16,7 +16,7 @@ from flakekit.errors import (
     ClientError,
     ClientRefusedError,
 )
-from flakekit.testing import free_port
+from flakekit.testing import free_port, in_threads
 
 pytestmark = pytest.mark.services
 
@@ -79,21 +79,10 @@ def test_buffered_ids_come_from_memory(invoice_node):
 
 
 def test_buffer_threads_share_no_id(invoice_node):
-    import threading
-
-    got: list[int] = []
-    lock = threading.Lock()
     with Client(base(invoice_node), buffer=25) as client:
-        def work() -> None:
-            mine = [client.next_id("invoices") for _ in range(200)]
-            with lock:
-                got.extend(mine)
-
-        threads = [threading.Thread(target=work) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        mine = in_threads(lambda _: [client.next_id("invoices") for _ in range(200)], 4,
+                          timeout=30)
+    got = [i for ids in mine for i in ids]
     assert len(got) == 800 and len(set(got)) == 800
 
 
