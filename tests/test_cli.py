@@ -34,20 +34,18 @@ def config_file(tmp_path) -> Path:
 class TestLayoutCommands:
     def test_list(self, capsys):
         """layout list shows the built-ins."""
-        code, out, _ = run(capsys, "layout", "list")
-        assert code == 0
+        out = run_ok(capsys, "layout", "list")
         for name in ("snowflake", "sonyflake", "region-split"):
             assert name in out
 
     def test_list_with_config(self, capsys, config_file):
         """layout list --config adds the file's layouts."""
-        code, out, _ = run(capsys, "layout", "list", "--config", str(config_file))
-        assert code == 0 and "orders-layout" in out
+        out = run_ok(capsys, "layout", "list", "--config", str(config_file))
+        assert "orders-layout" in out
 
     def test_show(self, capsys):
         """layout show draws the bits and gives capacity and warnings."""
-        code, out, _ = run(capsys, "layout", "show", "snowflake")
-        assert code == 0
+        out = run_ok(capsys, "layout", "show", "snowflake")
         assert "| sign | time (41) | worker (10) | sequence (12) |" in out
         assert "4,096,000 per worker" in out and "2080-07-10" in out
         assert "warning: IDs can exceed 2^53" in out
@@ -83,8 +81,8 @@ class TestDecodeAndNext:
     def test_decode_default_layout(self, capsys):
         """decode without a layout assumes snowflake."""
         value = SNOWFLAKE.compose(time=12345, worker=7, sequence=1)
-        code, out, _ = run(capsys, "decode", str(value))
-        assert code == 0 and "worker     7" in out
+        out = run_ok(capsys, "decode", str(value))
+        assert "worker     7" in out
 
 
 BAD = [
@@ -116,8 +114,8 @@ def test_bad_input_is_one_line_exit_2(capsys, config_file, args, message):
 
 def test_config_check(capsys, config_file, tmp_path):
     """config check says ok for a good file and names the field for a bad one."""
-    code, out, _ = run(capsys, "config", "check", str(config_file))
-    assert code == 0 and "ok (1 generators: orders" in out
+    out = run_ok(capsys, "config", "check", str(config_file))
+    assert "ok (1 generators: orders" in out
     bad = tmp_path / "bad.toml"
     bad.write_text(CONFIG.replace('layout = "orders-layout"', 'layout = "orders-layuot"'))
     code, _, err = run(capsys, "config", "check", str(bad))
