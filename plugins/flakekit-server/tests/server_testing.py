@@ -268,10 +268,12 @@ def exchange(server: Server, request: bytes, timeout: float = 10) -> bytes:
     return data
 
 
-def sqlite_server(tmp: Path, generators: str, keys: dict[str, int] | None = None) -> Server:
+@contextlib.contextmanager
+def sqlite_server(tmp: Path, generators: str,
+                  keys: dict[str, int] | None = None) -> Iterator[Server]:
     """A `flakekit serve` of the ``generators`` TOML on backend ``main``, the SQLite file
     ``tmp/ids.db`` (with ``keys``, leaf_alloc is created holding them); ``.url`` and
-    ``.config`` say where."""
+    ``.config`` say where. Stopped on exit."""
     url = f"sqlite:///{tmp / 'ids.db'}"
     if keys is not None:
         create_keys(url, keys)
@@ -280,4 +282,7 @@ def sqlite_server(tmp: Path, generators: str, keys: dict[str, int] | None = None
     server = Server(config, tmp=tmp)
     server.url = url  # type: ignore[attr-defined]
     server.config = config  # type: ignore[attr-defined]
-    return server
+    try:
+        yield server
+    finally:
+        server.stop()

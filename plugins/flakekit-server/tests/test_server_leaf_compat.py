@@ -18,19 +18,20 @@ from server_testing import (
     write_config,
 )
 
+LEAF_GENERATORS = (
+    '[generators.orders]\nstrategy = "snowflake"\n'
+    'allocator = { type = "sql", backend = "main" }\n\n'
+    '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\n'
+    'store = { type = "sql", backend = "main", keys = "all" }\n'
+)
+
 
 @pytest.fixture(scope="module")
 def leaf(tmp_path_factory):
     """Snowflake 'orders'; segment 'invoices' (key invoice) on a store with keys = "all"."""
-    server = sqlite_server(
-        tmp_path_factory.mktemp("leaf"),
-        '[generators.orders]\nstrategy = "snowflake"\n'
-        'allocator = { type = "sql", backend = "main" }\n\n'
-        '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\n'
-        'store = { type = "sql", backend = "main", keys = "all" }\n',
-        keys={"invoice": 100, "leaf-segment-test": 2000})
-    yield server
-    server.stop()
+    with sqlite_server(tmp_path_factory.mktemp("leaf"), LEAF_GENERATORS,
+                       keys={"invoice": 100, "leaf-segment-test": 2000}) as server:
+        yield server
 
 
 @pytest.mark.parametrize("path", [

@@ -9,16 +9,17 @@ from sqlalchemy import create_engine
 
 from flakekit.sql.leaf import SqlSegmentStore
 
+INVOICES = (
+    '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\nreset = "daily"\n'
+    'template = "INV-{date:%Y%m%d}-{seq:06d}"\nperiod_step = 50\n'
+    'store = { type = "sql", backend = "main" }\n'
+)
+
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
-    server = sqlite_server(
-        tmp_path_factory.mktemp("periodic"),
-        '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\nreset = "daily"\n'
-        'template = "INV-{date:%Y%m%d}-{seq:06d}"\nperiod_step = 50\n'
-        'store = { type = "sql", backend = "main" }\n')
-    yield server
-    server.stop()
+    with sqlite_server(tmp_path_factory.mktemp("periodic"), INVOICES) as server:
+        yield server
 
 
 def test_leaf_url_and_strings(api):
