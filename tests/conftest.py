@@ -35,6 +35,18 @@ def host():
     return PluginHost().load(entrypoints=False)
 
 
+@pytest.fixture
+def sql_store(db_url):
+    """A SqlSegmentStore (table leaf_alloc) on each database; its engine disposed after."""
+    from sqlalchemy import create_engine
+
+    from flakekit.sql.leaf import SqlSegmentStore
+
+    store = SqlSegmentStore(create_engine(db_url))
+    yield store
+    store.engine.dispose()
+
+
 @pytest.fixture(scope="session")
 def example_plugin_venv(tmp_path_factory) -> Path:
     """The ``bin`` directory of a throw-away venv (``--system-site-packages``: it sees

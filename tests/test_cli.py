@@ -6,13 +6,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from flakekit.builtin.layouts import SNOWFLAKE
 from flakekit.testing.cli import run_cli as run
+from flakekit.testing.cli import run_ok, write_toml
 
 CONFIG = """
 [layouts.orders-layout]
@@ -28,28 +28,24 @@ allocator = { type = "static", worker_id = 200 }
 
 @pytest.fixture
 def config_file(tmp_path) -> Path:
-    path = tmp_path / "flakekit.toml"
-    path.write_text(textwrap.dedent(CONFIG))
-    return path
+    return write_toml(tmp_path, CONFIG)
 
 
 class TestLayoutCommands:
     def test_list(self, capsys):
         """layout list shows the built-ins."""
-        code, out, _ = run(capsys, "layout", "list")
-        assert code == 0
+        out = run_ok(capsys, "layout", "list")
         for name in ("snowflake", "sonyflake", "region-split"):
             assert name in out
 
     def test_list_with_config(self, capsys, config_file):
         """layout list --config adds the file's layouts."""
-        code, out, _ = run(capsys, "layout", "list", "--config", str(config_file))
-        assert code == 0 and "orders-layout" in out
+        out = run_ok(capsys, "layout", "list", "--config", str(config_file))
+        assert "orders-layout" in out
 
     def test_show(self, capsys):
         """layout show draws the bits and gives capacity and warnings."""
-        code, out, _ = run(capsys, "layout", "show", "snowflake")
-        assert code == 0
+        out = run_ok(capsys, "layout", "show", "snowflake")
         assert "| sign | time (41) | worker (10) | sequence (12) |" in out
         assert "4,096,000 per worker" in out and "2080-07-10" in out
         assert "warning: IDs can exceed 2^53" in out
@@ -85,8 +81,8 @@ class TestDecodeAndNext:
     def test_decode_default_layout(self, capsys):
         """decode without a layout assumes snowflake."""
         value = SNOWFLAKE.compose(time=12345, worker=7, sequence=1)
-        code, out, _ = run(capsys, "decode", str(value))
-        assert code == 0 and "worker     7" in out
+        out = run_ok(capsys, "decode", str(value))
+        assert "worker     7" in out
 
 
 BAD = [
@@ -118,8 +114,8 @@ def test_bad_input_is_one_line_exit_2(capsys, config_file, args, message):
 
 def test_config_check(capsys, config_file, tmp_path):
     """config check says ok for a good file and names the field for a bad one."""
-    code, out, _ = run(capsys, "config", "check", str(config_file))
-    assert code == 0 and "ok (1 generators: orders" in out
+    out = run_ok(capsys, "config", "check", str(config_file))
+    assert "ok (1 generators: orders" in out
     bad = tmp_path / "bad.toml"
     bad.write_text(CONFIG.replace('layout = "orders-layout"', 'layout = "orders-layuot"'))
     code, _, err = run(capsys, "config", "check", str(bad))
@@ -154,8 +150,7 @@ def test_decode_with_a_config_without_generators_uses_snowflake(capsys, tmp_path
     layout from, as its help says."""
     path = tmp_path / "empty.toml"
     path.write_text("")
-    code, out, err = run(capsys, "decode", "123", "-c", str(path))
-    assert code == 0, err
+    out = run_ok(capsys, "decode", "123", "-c", str(path))
     assert "sequence" in out
 
 
@@ -215,8 +210,7 @@ class TestSharedClusterConfig:
         """Without advertise anywhere the rest is checked, as `cluster status` reads it,
         and the output says each node gives its own (text and JSON); no database is
         contacted (db.internal does not resolve)."""
-        code, out, err = run(capsys, "config", "check", str(shared))
-        assert code == 0, err
+        out = run_ok(capsys, "config", "check", str(shared))
         assert "cluster 'ids': a shared config" in out and "strict keys: order" in out
         code, out, err = run(capsys, "config", "check", str(shared), "--json")
         data = json.loads(out)
@@ -295,12 +289,10 @@ class TestScriptFriendly:
                        'service = "orders" }\n')
         assert run(capsys, "db", "init", "-c", str(cfg))[0] == 0
         assert run(capsys, "next", "-c", str(cfg))[0] == 0
-        code, out, err = run(capsys, "workers", "-c", str(cfg), "--json")
-        assert code == 0, err
+        out = run_ok(capsys, "workers", "-c", str(cfg), "--json")
         row = json.loads(out)[0]
         assert re.match(self.ISO, row["last_seen"]) and re.match(self.ISO, row["created_at"])
-        code, out, err = run(capsys, "workers", "release", "0", "-c", str(cfg), "--force", "--json")
-        assert code == 0, err
+        out = run_ok(capsys, "workers", "release", "0", "-c", str(cfg), "--force", "--json")
         data = json.loads(out)
         assert (data["generator"], data["worker_id"], data["released"]) == ("orders", 0, True)
 
@@ -311,13 +303,11 @@ class TestScriptFriendly:
         cfg.write_text(f'[backends.main]\nurl = "{sqlite_url}"\n\n[generators.orders]\n'
                        'layout = "snowflake"\nallocator = { type = "sql", backend = "main", '
                        'service = "orders" }\n')
-        code, out, err = run(capsys, "db", "init", "-c", str(cfg), "--json")
-        assert code == 0, err
+        out = run_ok(capsys, "db", "init", "-c", str(cfg), "--json")
         [first] = json.loads(out)
         assert (first["backend"], first["component"], first["before"]) == ("main", "workers", None)
         assert first["created"] == ["system_nodes"] and first["changed"] is True
-        code, out, err = run(capsys, "db", "upgrade", "-c", str(cfg), "--json")
-        assert code == 0, err
+        out = run_ok(capsys, "db", "upgrade", "-c", str(cfg), "--json")
         [again] = json.loads(out)
         assert again["before"] == again["after"] == again["latest"] and again["changed"] is False
         assert again["created"] == [] and "up to date" in again["line"]

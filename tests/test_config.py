@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from flakekit.assembly.config import load_config, parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.errors import ConfigError
+from flakekit.testing.cli import write_toml
 
 GOOD = """
 [backends.main]
@@ -33,18 +32,12 @@ allocator = { type = "static", env = "FK_TEST_WORKER" }
 """
 
 
-def write(tmp_path, text: str):
-    path = tmp_path / "flakekit.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 class TestParse:
     def test_good_config_builds_and_issues(self, tmp_path, host, monkeypatch):
         """A config with a custom layout, region node field and two generators works."""
         monkeypatch.setenv("FK_TEST_PW", "s3cret")
         monkeypatch.setenv("FK_TEST_WORKER", "300")
-        config = load_config(write(tmp_path, GOOD))
+        config = load_config(write_toml(tmp_path, GOOD))
         assert config.backends["main"].url.endswith(":s3cret@127.0.0.1/ids")
         assert "s3cret" not in repr(config.backends["main"])
         with build_kit(config, host) as kit:
@@ -87,9 +80,9 @@ class TestParse:
         """A generator's segment key the server could not serve is refused at load."""
         from flakekit.testing.cli import run_cli
 
-        path = write(tmp_path, '[backends.main]\nurl = "sqlite:///x.db"\n[generators.a]\n'
-                     'strategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
-                     'key = "bad key"\n')
+        path = write_toml(tmp_path, '[backends.main]\nurl = "sqlite:///x.db"\n[generators.a]\n'
+                          'strategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
+                          'key = "bad key"\n')
         code, _, err = run_cli(capsys, "config", "check", str(path))
         assert code == 2 and err.startswith("error: generators.a.key: 'bad key' is not a valid "
                                             "segment key")
@@ -97,7 +90,7 @@ class TestParse:
     def test_bad_toml(self, tmp_path):
         """Broken TOML says where."""
         with pytest.raises(ConfigError, match="not valid TOML"):
-            load_config(write(tmp_path, "[generators\n"))
+            load_config(write_toml(tmp_path, "[generators\n"))
 
 
 BAD_CASES = [

@@ -13,6 +13,7 @@ import flakekit
 from flakekit.builtin.layouts import SNOWFLAKE
 from flakekit.errors import ConfigError, InvalidIdError
 from flakekit.testing.cli import run_cli as run
+from flakekit.testing.cli import run_ok
 from flakekit.values.formats import DECIMAL, ENCODINGS, IdFormat, detect, parse_id
 
 IDS = st.integers(0, 2**64 - 1)
@@ -165,8 +166,7 @@ def test_format_string_shorthand_and_bad_config(tmp_path):
 class TestCli:
     def test_next_and_decode_round_trip(self, capsys, orders_config):
         """`next` prints the generator's form; `decode` reads it back with the config."""
-        code, out, _ = run(capsys, "next", "-n", "3", "-c", str(orders_config))
-        assert code == 0
+        out = run_ok(capsys, "next", "-n", "3", "-c", str(orders_config))
         strings = out.split()
         assert len(strings) == 3 and all(s.startswith("ord_") and len(s) == 15 for s in strings)
         code, out, _ = run(capsys, "decode", *strings, "-c", str(orders_config), "--json")
@@ -175,20 +175,19 @@ class TestCli:
 
     def test_next_with_format_options(self, capsys, orders_config):
         """-f and --prefix override the configured format."""
-        code, out, _ = run(capsys, "next", "-f", "hex", "--prefix", "o_", "-c", str(orders_config))
-        assert code == 0 and out.startswith("o_") and len(out.strip()) == 18
+        out = run_ok(capsys, "next", "-f", "hex", "--prefix", "o_", "-c", str(orders_config))
+        assert out.startswith("o_") and len(out.strip()) == 18
         value = int(out.strip()[2:], 16)
         code, out, _ = run(capsys, "decode", out.strip(), "-f", "hex", "--json")
         assert json.loads(out)["id"] == value
-        code, out, _ = run(capsys, "next", "-f", "decimal", "-c", str(orders_config))
-        assert code == 0 and out.strip().isdigit()
+        out = run_ok(capsys, "next", "-f", "decimal", "-c", str(orders_config))
+        assert out.strip().isdigit()
 
     def test_decode_detects_the_form(self, capsys):
         """Without -f, decode recognises prefix and encoding by width."""
         value = SNOWFLAKE.compose(time=99999999, worker=5, sequence=1)
         for fmt in (IdFormat("base62", "ord_"), IdFormat("base32"), IdFormat("hex", "x_")):
-            code, out, err = run(capsys, "decode", fmt.encode(value), "--json")
-            assert code == 0, err
+            out = run_ok(capsys, "decode", fmt.encode(value), "--json")
             assert json.loads(out)["id"] == value
 
     @pytest.mark.parametrize(

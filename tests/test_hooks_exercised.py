@@ -18,6 +18,7 @@ from flakekit.pluginhost.host import PluginHost
 from flakekit.pluginhost.markers import hookimpl
 from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.settings import SqlStoreSettings
+from flakekit.values.clock import MonotonicClock
 
 HOUR_MS = 3_600_000
 
@@ -27,29 +28,16 @@ class AheadSettings:
     ahead_ms: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
 
 
-@attrs.define
-class AheadClock:
+def ahead_clock(ahead_ms: int) -> MonotonicClock:
     """Monotonic wall time ``ahead_ms`` in the future (a fixed offset: read once per ID)."""
-
-    ahead_ms: int
-    name: str = "ahead"
-    max_backward_ns: int = 0
-    offset_ns: int = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self.offset_ns = time.time_ns() - time.monotonic_ns() + self.ahead_ms * 1_000_000
-
-    monotonic_ns = staticmethod(time.monotonic_ns)
-    sleep = staticmethod(time.sleep)
-
-    def time_ns(self) -> int:
-        return time.monotonic_ns() + self.offset_ns
+    offset_ns = time.time_ns() - time.monotonic_ns() + ahead_ms * 1_000_000
+    return MonotonicClock(name="ahead", offset_ns=offset_ns)
 
 
 class ClockPlugin:
     @hookimpl
     def flakekit_register_clocks(self, register):
-        register("ahead", lambda s: AheadClock(s.ahead_ms), settings=AheadSettings,
+        register("ahead", lambda s: ahead_clock(s.ahead_ms), settings=AheadSettings,
                  description="wall time shifted by ahead_ms")
 
 

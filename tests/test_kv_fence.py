@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from flakekit.leases.kv import KvLeaseAllocator, KvOp, KvState
-from flakekit.leases.lease import LeaseRequest
+from flakekit.leases.lease import LeaseRequest, WorkerLease
 from flakekit.testing import ManualClock
 from flakekit.testing.memory_kv import MemoryKv, MemoryKvClient
 from flakekit.values.events import Events
@@ -20,6 +20,15 @@ def make(server: MemoryKv, clock: ManualClock) -> KvLeaseAllocator:
     return KvLeaseAllocator(
         store=server.client(2000), base="/flakekit/t", clock=clock, events=Events(),
         safety_window_ns=S // 2, quarantine_ns=0, connect_timeout_ns=5 * S, generator="t")
+
+
+def holding() -> tuple[ManualClock, MemoryKv, KvLeaseAllocator, WorkerLease]:
+    """An allocator on a fresh etcd-style store that holds worker 0:
+    (clock, store, allocator, lease)."""
+    clock = ManualClock()
+    server = MemoryKv(clock, style="etcd")
+    a = make(server, clock)
+    return clock, server, a, a.acquire(LeaseRequest("t", 3, "", 0))
 
 
 def replace_claim(server: MemoryKv) -> None:
@@ -42,10 +51,7 @@ def test_check_op_conditions_on_version_and_owner():
 def test_heartbeat_is_refused_once_the_claim_is_not_ours():
     """The claim replaced between the renewal's read and its write: the heartbeat
     writes nothing (without the fence it would extend a lease on a lost claim)."""
-    clock = ManualClock()
-    server = MemoryKv(clock, style="etcd")
-    a = make(server, clock)
-    lease = a.acquire(LeaseRequest("t", 3, "", 0))
+    clock, server, a, lease = holding()
     before = server.nodes[RECORD].version
     replace_claim(server)
     assert a._heartbeat(lease.worker_id, a.store.session_id or 0, b"{}", 1.0) is None
@@ -53,10 +59,7 @@ def test_heartbeat_is_refused_once_the_claim_is_not_ours():
 
 
 def test_release_does_not_touch_a_claim_that_is_not_ours():
-    clock = ManualClock()
-    server = MemoryKv(clock, style="etcd")
-    a = make(server, clock)
-    lease = a.acquire(LeaseRequest("t", 3, "", 0))
+    clock, server, a, lease = holding()
     replace_claim(server)
     a.release(lease, clock.time_ns())
     assert CLAIM in server.nodes                          # the other's claim stays
@@ -64,10 +67,7 @@ def test_release_does_not_touch_a_claim_that_is_not_ours():
 
 
 def test_changed_hint_asks_for_a_renewal_now():
-    clock = ManualClock()
-    server = MemoryKv(clock, style="etcd")
-    a = make(server, clock)
-    a.acquire(LeaseRequest("t", 3, "", 0))
+    _, server, a, _ = holding()
     pushed: list[str] = []
     a.watch(lambda kind, reason: pushed.append(kind))
     store = a.store

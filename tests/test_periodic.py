@@ -50,10 +50,9 @@ def periodic(store, clock, db_clock, key: str = "inv", **settings) -> PeriodicSe
 
 
 @pytest.fixture
-def store(db_url):
-    store = SqlSegmentStore(create_engine(db_url))
-    yield store
-    store.engine.dispose()
+def store(sql_store):
+    """This module's name for the shared ``sql_store``."""
+    return sql_store
 
 
 class TestPeriodRule:

@@ -146,6 +146,18 @@ def host():
     return PluginHost().load(entrypoints=False)
 
 
+class _Typo:
+    @hookimpl
+    def flakekit_lease_aquired(self, generator, lease):
+        """Misspelt: acquired."""
+
+
+class _WrongArg:
+    @hookimpl
+    def flakekit_register_layouts(self, registry):
+        """``registry`` is not an argument of the spec."""
+
+
 class TestRegistration:
     def test_extra_plugin_registers_a_layout(self, host):
         """A plugin registered after loading contributes by name and can be removed again."""
@@ -228,25 +240,15 @@ class TestRegistration:
         with pytest.raises(pluggy.PluginValidationError, match="flakekit_register_layout"):
             PluginHost().load(entrypoints=False, extra=[Typo()])
 
-    def test_misspelt_hook_after_load(self, host):
-        """host.register() runs check_pending too."""
-        class Typo:
-            @hookimpl
-            def flakekit_lease_aquired(self, generator, lease):
-                """Misspelt: acquired."""
-
-        with pytest.raises(pluggy.PluginValidationError, match="unknown hook"):
-            host.register(Typo(), name="undo-typo")
-
-    def test_unknown_argument_is_rejected(self, host):
-        """An implementation asking for an argument the spec does not have is rejected."""
-        class WrongArg:
-            @hookimpl
-            def flakekit_register_layouts(self, registry):
-                """``registry`` is not an argument of the spec."""
-
-        with pytest.raises(pluggy.PluginValidationError, match="registry"):
-            host.register(WrongArg(), name="undo-wrong-arg")
+    @pytest.mark.parametrize(("plugin", "name", "match"), [
+        pytest.param(_Typo, "undo-typo", "unknown hook", id="misspelt_hook_after_load"),
+        pytest.param(_WrongArg, "undo-wrong-arg", "registry", id="unknown_argument"),
+    ])
+    def test_bad_hookimpl_refused_by_register(self, host, plugin, name, match):
+        """host.register() runs check_pending too: a misspelt hook after load, and an
+        implementation asking for an argument the spec does not have, are rejected."""
+        with pytest.raises(pluggy.PluginValidationError, match=match):
+            host.register(plugin(), name=name)
 
     def test_bad_registration_name_names_the_plugin(self, host):
         """A name config files could not use is refused with the plugin's name."""

@@ -18,6 +18,7 @@ from flakekit.builtin.layouts import (
     TWITTER,
 )
 from flakekit.testing.cli import run_cli as run
+from flakekit.testing.cli import run_ok
 
 UTC = dt.UTC
 
@@ -123,8 +124,7 @@ class TestWarnings:
 
     def test_layout_show_prints_the_bigint_warning(self, capsys):
         """`flakekit layout show` prints it."""
-        code, out, _ = run(capsys, "layout", "show", "discord")
-        assert code == 0
+        out = run_ok(capsys, "layout", "show", "discord")
         assert "warning: 64-bit layout: IDs made from 2084-09-06 on overflow signed BIGINT" in out
 
 
@@ -152,8 +152,8 @@ class TestPlausible:
 class TestDecodeCommand:
     def test_decode_by_name(self, capsys):
         """A new user decodes a Discord, a Twitter and a Sonyflake v2 ID by layout name."""
-        code, out, _ = run(capsys, "decode", "175928847299117063", "-l", "discord")
-        assert code == 0 and "timestamp  2016-04-30T11:18:25.796Z" in out and "process    0" in out
+        out = run_ok(capsys, "decode", "175928847299117063", "-l", "discord")
+        assert "timestamp  2016-04-30T11:18:25.796Z" in out and "process    0" in out
         code, out, _ = run(capsys, "decode", "1541815603606036480", "-l", "twitter", "--json")
         assert json.loads(out)["datacenter"] == 11
         sony = SONYFLAKE_V2.compose(time=dt.datetime(2025, 6, 1, tzinfo=UTC), sequence=1, machine=9)
@@ -186,8 +186,7 @@ class TestDecodeCommand:
         """--all reads the ID under every layout; the Discord vector is plausible as a
         Discord ID (its published time) and not as a Sonyflake v2 one (that would be in
         2028); several times fit, so the verdict says ambiguous."""
-        code, out, _ = run(capsys, "decode", "175928847299117063", "--all", "--json")
-        assert code == 0
+        out = run_ok(capsys, "decode", "175928847299117063", "--all", "--json")
         result = json.loads(out)
         assert result["id_str"] == "175928847299117063" and result["verdict"] == "ambiguous"
         readings = {r["layout"]: r for r in result["readings"]}
@@ -330,10 +329,10 @@ class TestDecodeVerdicts:
         assert data["id_str"] == "175928847299117063"
         inline = ('{fields = [["time", 42], ["worker", 5], ["process", 5], ["sequence", 12]], '
                   'total_bits = 64, epoch = 1420070400000}')
-        code, out, err = run(capsys, "decode", "175928847299117063", "-l", inline, "--json")
-        assert code == 0, err and json.loads(out)["worker"] == 1
-        code, out, err = run(capsys, "decode", "1541815603606036480", "--unit", "10ms", "--json")
-        assert code == 0 and json.loads(out)["layout"] == "one-off"
+        out = run_ok(capsys, "decode", "175928847299117063", "-l", inline, "--json")
+        assert json.loads(out)["worker"] == 1
+        out = run_ok(capsys, "decode", "1541815603606036480", "--unit", "10ms", "--json")
+        assert json.loads(out)["layout"] == "one-off"
 
     @pytest.mark.parametrize(
         ("args", "message"),

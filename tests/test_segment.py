@@ -68,52 +68,64 @@ def generator(store, **settings) -> SegmentGenerator:
     return SegmentGenerator(store, "k", SegmentSettings(**settings), clock=clock)
 
 
+def disjoint_fetches(engine, threads: int, fetches: int) -> list[int]:
+    """``threads`` threads each fetch key 'k' (step 7) ``fetches`` times at once: every ID
+    of every range they got, in order of the threads."""
+    store = SqlSegmentStore(engine)
+    store.create("k", 7)
+    got = in_threads(lambda _: [range(a.start, a.max_id)
+                                for a in (store.fetch("k") for _ in range(fetches))], threads)
+    return [i for mine in got for r in mine for i in r]
+
+
+@pytest.fixture
+def mariadb_engine(mariadb_url):
+    """An engine on a fresh MariaDB database; disposed afterwards."""
+    engine = create_engine(mariadb_url)
+    yield engine
+    engine.dispose()
+
+
 # -- the SQL store ---------------------------------------------------------------------------
 class TestSqlStore:
-    def test_fetch_is_leaf_range(self, db_url):
+    def test_fetch_is_leaf_range(self, sql_store):
         """A fetch advances max_id by step and yields [max_id - step, max_id), as Leaf."""
-        store = SqlSegmentStore(create_engine(db_url))
-        info = store.create("orders", 1000, description="test")
+        info = sql_store.create("orders", 1000, description="test")
         assert (info.max_id, info.step, info.description) == (1, 1000, "test")
-        first = store.fetch("orders")
+        first = sql_store.fetch("orders")
         assert (first.start, first.max_id, first.step, first.db_step) == (1, 1001, 1000, 1000)
-        custom = store.fetch("orders", 5000)
+        custom = sql_store.fetch("orders", 5000)
         assert (custom.start, custom.max_id, custom.step, custom.db_step) == (1001, 6001, 5000,
                                                                               1000)
-        assert store.keys() == ["orders"]
-        assert store.info("orders")[0].max_id == 6001
-        store.engine.dispose()
+        assert sql_store.keys() == ["orders"]
+        assert sql_store.info("orders")[0].max_id == 6001
 
-    def test_unknown_key_and_missing_table(self, db_url):
+    def test_unknown_key_and_missing_table(self, sql_store):
         """A missing table says how to create it; an unknown key says how to create the key."""
-        store = SqlSegmentStore(create_engine(db_url))
         with pytest.raises(SchemaError, match="flakekit segments create"):
-            store.fetch("nope")
+            sql_store.fetch("nope")
         with pytest.raises(SchemaError, match="does not exist"):
-            store.check_schema()
-        store.create("orders", 10)
-        store.check_schema()
+            sql_store.check_schema()
+        sql_store.create("orders", 10)
+        sql_store.check_schema()
         with pytest.raises(UnknownKeyError, match="flakekit segments create nope"):
-            store.fetch("nope")
+            sql_store.fetch("nope")
         with pytest.raises(ConfigError, match="already exists"):
-            store.create("orders", 10)
+            sql_store.create("orders", 10)
         with pytest.raises(ConfigError, match="step"):
-            store.create("other", 0)
-        store.engine.dispose()
+            sql_store.create("other", 0)
 
-    def test_give_back_is_compare_and_set(self, db_url):
+    def test_give_back_is_compare_and_set(self, sql_store):
         """give_back lowers max_id only while it still equals the caller's last end."""
-        store = SqlSegmentStore(create_engine(db_url))
-        store.create("k", 100)
-        a = store.fetch("k")
-        assert store.give_back("k", a.max_id, a.start + 10)
-        assert store.info("k")[0].max_id == 11
-        b = store.fetch("k")
+        sql_store.create("k", 100)
+        a = sql_store.fetch("k")
+        assert sql_store.give_back("k", a.max_id, a.start + 10)
+        assert sql_store.info("k")[0].max_id == 11
+        b = sql_store.fetch("k")
         assert b.start == 11
-        store.fetch("k")  # someone else advanced it
-        assert not store.give_back("k", b.max_id, b.start)
-        assert store.info("k")[0].max_id == 211
-        store.engine.dispose()
+        sql_store.fetch("k")  # someone else advanced it
+        assert not sql_store.give_back("k", b.max_id, b.start)
+        assert sql_store.info("k")[0].max_id == 211
 
     def test_concurrent_fetches_are_disjoint(self, db_url):
         """Threads fetching the same key at once get disjoint ranges (row lock)."""
@@ -121,11 +133,7 @@ class TestSqlStore:
             {"connect_args": {"timeout": 30,
                               "check_same_thread": False}} if db_url.startswith("sqlite") else {}
         ))
-        store = SqlSegmentStore(engine)
-        store.create("k", 7)
-        got = in_threads(lambda _: [range(a.start, a.max_id)
-                                    for a in (store.fetch("k") for _ in range(20))], 4)
-        ids = [i for mine in got for r in mine for i in r]
+        ids = disjoint_fetches(engine, 4, 20)
         assert len(ids) == len(set(ids)) == 4 * 20 * 7
         assert sorted(ids) == list(range(1, 1 + len(ids)))
         engine.dispose()
@@ -148,22 +156,20 @@ class TestSqlStore:
         c.close()
         engine.dispose()
 
-    def test_bad_step_in_the_table_never_moves_max_id(self, db_url):
+    def test_bad_step_in_the_table_never_moves_max_id(self, sql_store):
         """A step of 0 or below (an operator's typo) is refused without touching max_id:
         a fetch that lowered max_id before failing would make later fetches reissue IDs."""
-        store = SqlSegmentStore(create_engine(db_url))
-        store.create("k", 100)
-        first = store.fetch("k")
-        with store.engine.begin() as conn:
+        sql_store.create("k", 100)
+        first = sql_store.fetch("k")
+        with sql_store.engine.begin() as conn:
             conn.execute(text("UPDATE leaf_alloc SET step = -50 WHERE biz_tag = 'k'"))
         for _ in range(3):  # the fetcher retries
             with pytest.raises(SchemaError, match="step -50"):
-                store.fetch("k")
-        assert store.info("k")[0].max_id == first.max_id
-        with store.engine.begin() as conn:
+                sql_store.fetch("k")
+        assert sql_store.info("k")[0].max_id == first.max_id
+        with sql_store.engine.begin() as conn:
             conn.execute(text("UPDATE leaf_alloc SET step = 100 WHERE biz_tag = 'k'"))
-        assert store.fetch("k").start == first.max_id
-        store.engine.dispose()
+        assert sql_store.fetch("k").start == first.max_id
 
     @pytest.mark.mariadb
     def test_fetch_is_one_transaction_even_with_autocommit(self, mariadb_url):
@@ -171,18 +177,14 @@ class TestSqlStore:
         must not split the UPDATE and the SELECT: another node's update in between would
         hand two nodes the same range."""
         engine = create_engine(mariadb_url, isolation_level="AUTOCOMMIT")
-        store = SqlSegmentStore(engine)
-        store.create("k", 7)
-        got = in_threads(lambda _: [range(a.start, a.max_id)
-                                    for a in (store.fetch("k") for _ in range(40))], 6)
-        ids = [i for mine in got for r in mine for i in r]
+        ids = disjoint_fetches(engine, 6, 40)
         assert len(ids) == len(set(ids)) == 6 * 40 * 7
         engine.dispose()
 
     @pytest.mark.mariadb
-    def test_leaf_ddl_on_mariadb(self, mariadb_url):
+    def test_leaf_ddl_on_mariadb(self, mariadb_engine):
         """A table made by Leaf's own DDL, with Leaf's example row, works unchanged."""
-        engine = create_engine(mariadb_url)
+        engine = mariadb_engine
         with engine.begin() as conn:
             conn.execute(text(LEAF_DDL))
             conn.execute(text(
@@ -201,20 +203,17 @@ class TestSqlStore:
         with engine.connect() as conn:
             ddl = conn.execute(text("SHOW CREATE TABLE leaf_alloc")).one()[1]
         assert "ON UPDATE current_timestamp()" in ddl
-        engine.dispose()
 
     @pytest.mark.mariadb
-    def test_created_table_is_leafs_on_mariadb(self, mariadb_url):
+    def test_created_table_is_leafs_on_mariadb(self, mariadb_engine):
         """flakekit creates the table with Leaf's DDL on MariaDB."""
-        engine = create_engine(mariadb_url)
-        SqlSegmentStore(engine).create("x", 10)
-        with engine.connect() as conn:
+        SqlSegmentStore(mariadb_engine).create("x", 10)
+        with mariadb_engine.connect() as conn:
             cols = conn.execute(text("SHOW COLUMNS FROM leaf_alloc")).all()
         assert [(c[0], c[1]) for c in cols] == [
             ("biz_tag", "varchar(128)"), ("max_id", "bigint(20)"), ("step", "int(11)"),
             ("description", "varchar(256)"), ("update_time", "timestamp"),
         ]
-        engine.dispose()
 
 
 # -- the generator -----------------------------------------------------------------------------

@@ -9,7 +9,6 @@ generator settings.
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -18,15 +17,15 @@ from flakekit.errors import ConfigError, SegmentRowError
 from flakekit.generators.segment import SegmentGenerator
 from flakekit.sql.leaf import MAX_ID, SqlSegmentStore
 from flakekit.testing.cli import run_cli as run
+from flakekit.testing.cli import run_ok, write_toml
 
 ISSUE_START = 9223372036854774308  # from the report: 1,499 IDs below the column's maximum
 
 
 @pytest.fixture
-def store(db_url):
-    engine = create_engine(db_url)
-    yield SqlSegmentStore(engine)
-    engine.dispose()
+def store(sql_store):
+    """This module's name for the shared ``sql_store``."""
+    return sql_store
 
 
 def row(store: SqlSegmentStore, key: str) -> tuple:
@@ -99,13 +98,12 @@ class TestNearTheTop:
     def test_cli_next_on_the_reported_key(self, store, db_url, tmp_path, capsys):
         """The report's commands: IDs from consecutive runs never repeat, never pass the
         top, and the run that cannot be served says so in one line (exit 1)."""
-        config = tmp_path / "flakekit.toml"
-        config.write_text(textwrap.dedent(f"""
+        config = write_toml(tmp_path, f"""
             [backends.default]
             url = "{db_url}"
             [generators.k]
             strategy = "segment"
-        """))
+        """)
         code, _, err = run(capsys, "segments", "create", "k", "--step", "1000",
                            "--start", str(ISSUE_START), "-c", str(config))
         assert code == 0, err
@@ -175,8 +173,7 @@ class TestBadRows:
             execute(store, "UPDATE leaf_alloc SET max_id = '12abc' WHERE biz_tag = 'text'")
         config = tmp_path / "flakekit.toml"
         config.write_text(f'[backends.default]\nurl = "{db_url}"\n')
-        code, out, err = run(capsys, "segments", "-c", str(config))
-        assert code == 0, err
+        out = run_ok(capsys, "segments", "-c", str(config))
         lines = out.splitlines()
         assert any(line.split()[:1] == ["good"] for line in lines)
         flagged = [line for line in lines if "cannot serve" in line]
@@ -184,8 +181,7 @@ class TestBadRows:
         assert any("bad" in line and "max_id -7 is negative" in line for line in flagged)
         assert any("full" in line and "used up" in line for line in flagged)
         assert "text" not in out or any("'12abc' is not an integer" in f for f in flagged)
-        code, out, err = run(capsys, "segments", "--json", "-c", str(config))
-        assert code == 0, err
+        out = run_ok(capsys, "segments", "--json", "-c", str(config))
         keys = {k["key"]: k for k in json.loads(out)["stores"][0]["keys"]}
         assert keys["good"]["problem"] is None
         assert "negative" in keys["bad"]["problem"] and keys["bad"]["max_id"] == -7

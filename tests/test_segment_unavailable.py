@@ -4,14 +4,13 @@ suggested only when segments did arrive and were used up by bursts."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 from test_segment import MemoryStore, generator
 
 from flakekit.cli import main
 from flakekit.errors import SegmentUnavailableError
-from flakekit.testing import free_port
+from flakekit.testing import unreachable_url
+from flakekit.testing.cli import write_toml
 
 STEP_ADVICE = "raise the key's step"
 
@@ -71,19 +70,18 @@ def test_step_advice_when_segments_arrived_and_were_used_up():
         gen.close()
 
 
-@pytest.mark.parametrize("url", [
-    pytest.param("postgresql+psycopg://postgres@127.0.0.1:{port}/test", id="postgresql"),
-    pytest.param("mysql+pymysql://root@127.0.0.1:{port}/test", id="mariadb"),
-])
-def test_cli_next_against_a_database_that_is_down(url, tmp_path, capsys):
-    port = free_port()
-    config = tmp_path / "flakekit.toml"
-    config.write_text(textwrap.dedent(f"""
+@pytest.mark.parametrize("kind", ["postgresql", "mariadb"])
+def test_cli_next_against_a_database_that_is_down(kind, tmp_path, capsys):
+    from sqlalchemy.engine import make_url
+
+    url = unreachable_url(kind)
+    port = make_url(url).port
+    config = write_toml(tmp_path, f"""
         [backends.default]
-        url = "{url.format(port=port)}"
+        url = "{url}"
         [generators.invoices]
         strategy = "segment"
-    """))
+    """)
     try:
         main(["next", "invoices", "-c", str(config)])
     except SystemExit as exc:

@@ -81,6 +81,13 @@ class LeasedAllocator:
         self.closed = True
 
 
+def leased_gen(**kw) -> tuple[SnowflakeGenerator, ManualClock, LeasedAllocator]:
+    """A started generator on a :class:`LeasedAllocator` (1 s leases) and a ManualClock."""
+    clock = ManualClock()
+    alloc = LeasedAllocator(clock)
+    return SnowflakeGenerator(SNOWFLAKE, clock, alloc, **kw).start(), clock, alloc
+
+
 class TestUniqueness:
     def test_increasing_in_one_thread(self):
         """IDs from one thread strictly increase, across many ticks."""
@@ -246,9 +253,7 @@ class TestLease:
 
     def test_deadline_stops_ids_and_renewal_resumes(self):
         """Past the lease deadline no ID is issued; a successful renewal resumes."""
-        clock = ManualClock()
-        alloc = LeasedAllocator(clock)
-        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        gen, clock, alloc = leased_gen()
         try:
             gen.next_id()
             clock.advance(0.999)
@@ -266,9 +271,7 @@ class TestLease:
     def test_wall_clock_jump_past_the_lease_bound_is_refused(self):
         """A wall clock that jumps forward (system clock) may not stamp IDs past the mark
         the allocator persisted for a successor; the next renewal moves the bound on."""
-        clock = ManualClock()
-        alloc = LeasedAllocator(clock)
-        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        gen, clock, alloc = leased_gen()
         before = gen.next_id()
         clock.step(5.0)  # wall jumps 5 s ahead; monotonic time (the deadline) is fine
         with pytest.raises(LeaseExpiredError, match="jumped forward"):
@@ -284,9 +287,7 @@ class TestLease:
 
     def test_renewal_failure_keeps_old_deadline(self):
         """A failed renewal counts, and IDs flow until the old deadline only."""
-        clock = ManualClock()
-        alloc = LeasedAllocator(clock)
-        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        gen, clock, alloc = leased_gen()
         alloc.fail = ConnectionError("database down")
         assert not gen.keeper.renew_once()
         assert gen.keeper.renew_failures == 1
@@ -298,9 +299,7 @@ class TestLease:
 
     def test_lost_lease_stops_for_good(self):
         """A renewal that finds the id taken revokes the generator (LeaseLostError)."""
-        clock = ManualClock()
-        alloc = LeasedAllocator(clock)
-        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        gen, clock, alloc = leased_gen()
         alloc.fail = LeaseLostError("version changed")
         assert not gen.keeper.renew_once()
         with pytest.raises(LeaseLostError, match="version changed"):
@@ -310,9 +309,7 @@ class TestLease:
 
     def test_allocator_push_stops_at_once(self):
         """An allocator that learns of a loss itself (ZooKeeper LOST) stops IDs at once."""
-        clock = ManualClock()
-        alloc = LeasedAllocator(clock)
-        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        gen, clock, alloc = leased_gen()
         assert gen.next_id()
         alloc.pushed("lost", "session 0x1 expired")
         with pytest.raises(LeaseLostError, match="session 0x1 expired"):
@@ -325,9 +322,7 @@ class TestLease:
         resume under the new worker id and epoch, above every earlier ID."""
         import time
 
-        clock = ManualClock()
-        alloc = LeasedAllocator(clock)
-        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc, on_lease_lost="restart").start()
+        gen, clock, alloc = leased_gen(on_lease_lost="restart")
         before = gen.next_id()
         alloc.pushed("lost", "session expired")
         for _ in range(500):
@@ -492,9 +487,7 @@ class TestLeaseRaces:
     def test_loss_pushed_while_a_renewal_is_in_flight_stays_lost(self):
         """The allocator pushes "lost" while a renewal is on the wire; the renewal then
         returns: its deadline must not bring the lost lease back."""
-        clock = ManualClock()
-        alloc = LeasedAllocator(clock)
-        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+        gen, clock, alloc = leased_gen()
         alloc.during_renew = lambda lease: alloc.pushed("lost", "session expired")
         assert not gen.keeper.renew_once()
         with pytest.raises(LeaseLostError, match="session expired"):
@@ -506,9 +499,7 @@ class TestLeaseRaces:
         put the old lease back in place of the new one."""
         import time
 
-        clock = ManualClock()
-        alloc = LeasedAllocator(clock)
-        gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc, on_lease_lost="restart").start()
+        gen, clock, alloc = leased_gen(on_lease_lost="restart")
         old = gen.lease
 
         def during_renew(lease):
@@ -530,9 +521,7 @@ class TestLeaseRaces:
 def test_close_in_a_forked_child_keeps_the_parents_lease():
     """close() (e.g. a `with` block or Kit.close) in a forked child must not release the
     parent's worker id: the parent still issues IDs under it."""
-    clock = ManualClock()
-    alloc = LeasedAllocator(clock)
-    gen = SnowflakeGenerator(SNOWFLAKE, clock, alloc).start()
+    gen, clock, alloc = leased_gen()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:

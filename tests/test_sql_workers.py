@@ -105,6 +105,24 @@ def row(engine: Engine, worker_id: int) -> dict[str, Any]:
         ).mappings().one())
 
 
+def reclaimed(engine: Engine) -> tuple[SqlWorkerAllocator, WorkerLease, WorkerLease]:
+    """10.0.0.1 leases worker 0, goes quiet for an hour and 10.0.0.2 reclaims the row:
+    (the old allocator, its lease, the new holder's lease)."""
+    old_alloc = make(engine, host="10.0.0.1")
+    old = old_alloc.acquire(req(0))
+    age_rows(engine, 3601)
+    return old_alloc, old, make(engine, host="10.0.0.2").acquire(req(0))
+
+
+def refused_after(engine: Engine, statement: str, *, match: str) -> None:
+    """A current workers schema changed by ``statement``: check_schema raises, matching."""
+    init_schema(engine, "workers")
+    with engine.begin() as conn:
+        conn.execute(text(statement))
+    with pytest.raises(SchemaError, match=match):
+        check_schema(engine, "workers")
+
+
 class TestAcquire:
     def test_lowest_free_ids_in_order(self, db_url, engines):
         """Fresh acquirers get 0, 1, 2 ... with version 1 and the database's now()."""
@@ -305,11 +323,7 @@ class TestHeartbeat:
 
     def test_reclaimed_holder_cannot_renew(self, db_url, engines):
         """After someone reclaims the row, the old holder's heartbeat raises LeaseLostError."""
-        engine = engines(db_url)
-        old_alloc = make(engine, host="10.0.0.1")
-        old = old_alloc.acquire(req(0))
-        age_rows(engine, 3601)
-        new = make(engine, host="10.0.0.2").acquire(req(0))
+        old_alloc, old, new = reclaimed(engines(db_url))
         assert new.worker_id == old.worker_id and new.epoch == old.epoch + 1
         with pytest.raises(LeaseLostError, match="10.0.0.2"):
             old_alloc.renew(old, 0)
@@ -325,10 +339,7 @@ class TestHeartbeat:
     def test_release_after_loss_is_harmless(self, db_url, engines):
         """Releasing a row someone else holds now changes nothing."""
         engine = engines(db_url)
-        alloc = make(engine, host="10.0.0.1")
-        lease = alloc.acquire(req(0))
-        age_rows(engine, 3601)
-        other = make(engine, host="10.0.0.2").acquire(req(0))
+        alloc, lease, other = reclaimed(engine)
         alloc.release(lease, 0)
         assert row(engine, 0)["holder"] == other.holder
 
@@ -430,12 +441,8 @@ class TestSchema:
 
     def test_newer_schema_is_refused(self, db_url, engines):
         """A schema version from a newer flakekit fails with 'upgrade flakekit'."""
-        engine = engines(db_url)
-        init_schema(engine, "workers")
-        with engine.begin() as conn:
-            conn.execute(text("UPDATE flakekit_schema SET version = 99"))
-        with pytest.raises(SchemaError, match="upgrade flakekit"):
-            check_schema(engine, "workers")
+        refused_after(engines(db_url), "UPDATE flakekit_schema SET version = 99",
+                      match="upgrade flakekit")
 
 
     def test_timestamp_type_that_depends_on_the_session_zone_is_refused(self, db_url, engines):
@@ -445,16 +452,12 @@ class TestSchema:
         engine = engines(db_url)
         if engine.dialect.name == "sqlite":
             pytest.skip("SQLite stores UTC text")
-        init_schema(engine, "workers")
-        with engine.begin() as conn:
-            if engine.dialect.name == "postgresql":
-                conn.execute(text("ALTER TABLE system_nodes ALTER COLUMN last_seen "
-                                  "TYPE TIMESTAMP"))
-            else:
-                conn.execute(text("ALTER TABLE system_nodes MODIFY last_seen TIMESTAMP(6) "
-                                  "NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"))
-        with pytest.raises(SchemaError, match="last_seen"):
-            check_schema(engine, "workers")
+        if engine.dialect.name == "postgresql":
+            alter = "ALTER TABLE system_nodes ALTER COLUMN last_seen TYPE TIMESTAMP"
+        else:
+            alter = ("ALTER TABLE system_nodes MODIFY last_seen TIMESTAMP(6) "
+                     "NOT NULL DEFAULT CURRENT_TIMESTAMP(6)")
+        refused_after(engine, alter, match="last_seen")
 
     def test_sessions_in_other_time_zones(self, db_url, engines):
         """Nodes whose sessions use different time zones agree on lease ages."""

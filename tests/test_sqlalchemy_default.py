@@ -5,7 +5,6 @@ executemany alike."""
 from __future__ import annotations
 
 import os
-import textwrap
 
 import pytest
 import sqlalchemy as sa
@@ -13,11 +12,11 @@ import sqlalchemy as sa
 import flakekit
 import flakekit.sqlalchemy
 from flakekit.sql.leaf import SqlSegmentStore
+from flakekit.testing.cli import write_toml
 
 
 def _config(tmp_path, url: str) -> str:
-    path = tmp_path / "flakekit.toml"
-    path.write_text(textwrap.dedent(f"""\
+    return str(write_toml(tmp_path, f"""\
         default = "orders"
         [backends.main]
         url = "{url}"
@@ -28,7 +27,6 @@ def _config(tmp_path, url: str) -> str:
         strategy = "snowflake"
         allocator = {{type = "static", worker_id = 5}}
         """))
-    return str(path)
 
 
 def _insert_rows(engine: sa.Engine, column_default) -> list[int]:

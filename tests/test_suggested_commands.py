@@ -10,34 +10,61 @@ and for durations no database can hold, without connecting to any database.
 from __future__ import annotations
 
 import shlex
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from flakekit.testing import free_port
+from flakekit.testing import unreachable_url
 from flakekit.testing.cli import run_cli as run
+from flakekit.testing.cli import run_ok, write_toml
 
 
-def _write(tmp_path: Path, text: str, name: str = "flakekit.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
+def _on_layout(tmp_path: Path, name: str, fields: str, epoch: str) -> Path:
+    """A config whose one generator, g (static worker 1), uses layout ``name``, defined by
+    ``fields`` (TOML) and ``epoch``."""
+    return write_toml(tmp_path, f"""
+        [layouts.{name}]
+        fields = {fields}
+        epoch = "{epoch}"
+
+        [generators.g]
+        layout = "{name}"
+        allocator = {{ type = "static", worker_id = 1 }}
+    """)
+
+
+def _initialised_segment(capsys, tmp_path: Path, name: str, setting: str) -> Path:
+    """A config whose one generator is segment ``name`` (one more TOML line: ``setting``) on
+    ./ids.db, after `flakekit db init` on it succeeded."""
+    cfg = write_toml(tmp_path, f"""
+        [backends.default]
+        url = "sqlite:///ids.db"
+
+        [generators.{name}]
+        strategy = "segment"
+        {setting}
+    """)
+    run_ok(capsys, "db", "init", "-c", str(cfg))
+    return cfg
+
+
+def _tables(url: str) -> set[str]:
+    """The table names in the database at ``url``."""
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
 
 
 class TestConfigCheckRefusesWhatBuildingRefuses:
     def test_layout_epoch_in_the_future(self, capsys, tmp_path):
         """A generator on a layout that starts in 2999: config check exits 2 with one
         line naming the generator's layout field, as `next` does."""
-        cfg = _write(tmp_path, """
-            [layouts.later]
-            fields = [["time", 41], ["worker", 10], ["sequence", 12]]
-            epoch = "2999-01-01T00:00:00Z"
-
-            [generators.g]
-            layout = "later"
-            allocator = { type = "static", worker_id = 1 }
-        """)
+        cfg = _on_layout(tmp_path, "later", '[["time", 41], ["worker", 10], ["sequence", 12]]',
+                         "2999-01-01T00:00:00Z")
         for args in (("config", "check", str(cfg)), ("next", "-c", str(cfg))):
             code, out, err = run(capsys, *args)
             assert code == 2, (args, out, err)
@@ -47,15 +74,8 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
 
     def test_time_field_full(self, capsys, tmp_path):
         """A layout whose time bits ran out long ago is refused by config check too."""
-        cfg = _write(tmp_path, """
-            [layouts.short]
-            fields = [["time", 20], ["worker", 31], ["sequence", 12]]
-            epoch = "2000-01-01T00:00:00Z"
-
-            [generators.g]
-            layout = "short"
-            allocator = { type = "static", worker_id = 1 }
-        """)
+        cfg = _on_layout(tmp_path, "short", '[["time", 20], ["worker", 31], ["sequence", 12]]',
+                         "2000-01-01T00:00:00Z")
         code, _, err = run(capsys, "config", "check", str(cfg))
         assert code == 2 and err.startswith("error: generators.g.layout: layout 'short': the time "
                                             "field is full since 2000-01-01")
@@ -69,7 +89,7 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
     def test_durations_no_database_can_hold(self, capsys, tmp_path, key, value):
         """Durations past 100 years fail config check with one line naming the field
         (they used to pass and then crash at start-up with an OverflowError)."""
-        cfg = _write(tmp_path, f"""
+        cfg = write_toml(tmp_path, f"""
             [backends.default]
             url = "sqlite:///ids.db"
 
@@ -86,27 +106,24 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
 
     def test_longest_duration_works_on_every_backend(self, capsys, tmp_path, db_url):
         """The longest accepted reclaim age leases, renews and issues on every database."""
-        cfg = _write(tmp_path, f"""
+        cfg = write_toml(tmp_path, f"""
             [backends.default]
             url = "{db_url}"
 
             [generators.g]
             allocator = {{ type = "sql", reclaim_after = ["36500d"], create_schema = true }}
         """)
-        code, _, err = run(capsys, "config", "check", str(cfg))
-        assert code == 0, err
-        code, out, err = run(capsys, "next", "-n", "3", "-c", str(cfg))
-        assert code == 0, err
+        run_ok(capsys, "config", "check", str(cfg))
+        out = run_ok(capsys, "next", "-n", "3", "-c", str(cfg))
         assert len(set(out.split())) == 3
 
     def test_check_contacts_no_database(self, capsys, tmp_path):
         """Backends nobody listens on: config check still builds everything and says ok."""
-        port = free_port()
-        cfg = _write(tmp_path, f"""
+        cfg = write_toml(tmp_path, f"""
             [backends.pg]
-            url = "postgresql+psycopg://postgres@127.0.0.1:{port}/test"
+            url = "{unreachable_url('postgresql')}"
             [backends.my]
-            url = "mysql+pymysql://root@127.0.0.1:{port}/test"
+            url = "{unreachable_url('mariadb')}"
 
             [generators.a]
             allocator = {{ type = "sql", backend = "pg" }}
@@ -114,8 +131,7 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
             strategy = "segment"
             store = {{ type = "sql", backend = "my" }}
         """)
-        code, out, err = run(capsys, "config", "check", str(cfg))
-        assert code == 0, err
+        out = run_ok(capsys, "config", "check", str(cfg))
         assert "ok (2 generators: a, b" in out
 
 
@@ -123,9 +139,7 @@ class TestPastedCommands:
     def test_db_init_creates_leaf_alloc_and_the_key_hint_works(self, capsys, tmp_path, db_url):
         """db init creates system_nodes AND leaf_alloc; `next` on a missing key suggests
         `flakekit segments create KEY --step 1000 -c CONFIG`, which, pasted, fixes it."""
-        from sqlalchemy import create_engine, inspect
-
-        cfg = _write(tmp_path, f"""
+        cfg = write_toml(tmp_path, f"""
             [backends.main]
             url = "{db_url}"
 
@@ -136,47 +150,24 @@ class TestPastedCommands:
             strategy = "segment"
             store = {{ type = "sql", backend = "main" }}
         """)
-        code, out, err = run(capsys, "db", "init", "-c", str(cfg))
-        assert code == 0, err
-        engine = create_engine(db_url)
-        try:
-            tables = set(inspect(engine).get_table_names())
-        finally:
-            engine.dispose()
-        assert {"system_nodes", "leaf_alloc", "flakekit_schema"} <= tables
+        out = run_ok(capsys, "db", "init", "-c", str(cfg))
+        assert {"system_nodes", "leaf_alloc", "flakekit_schema"} <= _tables(db_url)
         assert "leaf_alloc" in out
         code, _, err = run(capsys, "next", "invoice", "-c", str(cfg))
         assert code == 2, err
         hint = f"`flakekit segments create invoice --step 1000 -c {cfg}`"
         assert hint in err, err
         pasted = shlex.split(hint.strip("`"))
-        code, out, err = run(capsys, *pasted[1:])
-        assert code == 0, err
-        code, out, err = run(capsys, "next", "invoice", "-n", "2", "-c", str(cfg))
-        assert code == 0, err
+        run_ok(capsys, *pasted[1:])
+        out = run_ok(capsys, "next", "invoice", "-n", "2", "-c", str(cfg))
         assert out.split() == ["1", "2"]
-        code, out, err = run(capsys, "next", "orders", "-c", str(cfg))
-        assert code == 0, err
+        run_ok(capsys, "next", "orders", "-c", str(cfg))
 
     def test_db_init_on_a_segment_only_config_with_its_own_table(self, capsys, tmp_path):
         """A store with its own table name gets that table, and no unrelated one."""
-        from sqlalchemy import create_engine, inspect
-
-        cfg = _write(tmp_path, """
-            [backends.main]
-            url = "sqlite:///ids.db"
-
-            [generators.invoice]
-            strategy = "segment"
-            store = { type = "sql", backend = "main", table = "my_alloc" }
-        """)
-        code, out, err = run(capsys, "db", "init", "-c", str(cfg))
-        assert code == 0, err
-        engine = create_engine(f"sqlite:///{tmp_path / 'ids.db'}")
-        try:
-            tables = set(inspect(engine).get_table_names())
-        finally:
-            engine.dispose()
+        _initialised_segment(capsys, tmp_path, "invoice",
+                             'store = { type = "sql", backend = "default", table = "my_alloc" }')
+        tables = _tables(f"sqlite:///{tmp_path / 'ids.db'}")
         assert "my_alloc" in tables and "leaf_alloc" not in tables
 
     def test_key_hint_quotes_what_the_shell_would_split(self, tmp_path):
@@ -190,15 +181,7 @@ class TestPastedCommands:
 
     def test_key_hint_names_the_config_when_found_after_start(self, capsys, tmp_path):
         """With preload = false the missing key surfaces at next_id(): same hint."""
-        cfg = _write(tmp_path, """
-            [backends.default]
-            url = "sqlite:///ids.db"
-
-            [generators.lazy]
-            strategy = "segment"
-            preload = false
-        """)
-        assert run(capsys, "db", "init", "-c", str(cfg))[0] == 0
+        cfg = _initialised_segment(capsys, tmp_path, "lazy", "preload = false")
         code, _, err = run(capsys, "next", "lazy", "-c", str(cfg))
         assert code == 2
         assert f"`flakekit segments create lazy --step 1000 -c {cfg}`" in err, err

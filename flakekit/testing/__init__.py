@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from flakekit.testing.ageing import age_rows
 from flakekit.testing.clock import ManualClock
-from flakekit.testing.databases import free_port, fresh_database, listening, proxied
+from flakekit.testing.databases import (
+    free_port,
+    fresh_database,
+    listening,
+    proxied,
+    unreachable_url,
+)
 from flakekit.testing.events import EventRecorder
 from flakekit.testing.proxy import TcpProxy
 from flakekit.testing.requests import lease_request
@@ -28,7 +34,7 @@ __all__ = [
     "AllocatorContract", "EventRecorder", "ManualClock", "MembershipContract",
     "SegmentStoreContract", "TcpProxy",
     "age_rows", "assert_disjoint", "assert_unique", "free_port", "fresh_database",
-    "in_threads", "lease_request", "listening", "proxied", "wait_until",
+    "in_threads", "lease_request", "listening", "proxied", "unreachable_url", "wait_until",
 ]
 
 _LAZY = {  # these import pytest

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+import textwrap
+from pathlib import Path
 from typing import Any
 
 from flakekit.cli import main
 
-__all__ = ["run_cli"]
+__all__ = ["run_cli", "run_ok", "write_toml"]
 
 
 def run_cli(capsys: Any, *args: str, stdin: str | None = None,
@@ -29,3 +31,20 @@ def run_cli(capsys: Any, *args: str, stdin: str | None = None,
     out, err = capsys.readouterr()
     status = code if isinstance(code, int) else (0 if code is None else 1)
     return status, out, err
+
+
+def write_toml(directory: Path, text: str, name: str = "flakekit.toml") -> Path:
+    """Write ``text`` (dedented, so an indented triple-quoted string reads as TOML) to
+    ``directory / name`` and return that path, e.g. for ``run_cli(capsys, "next", "-c",
+    str(path))``."""
+    path = Path(directory) / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def run_ok(capsys: Any, *args: str, **kw: Any) -> str:
+    """:func:`run_cli` for a command that must succeed: asserts exit status 0 (the message
+    shows stderr) and returns stdout."""
+    code, out, err = run_cli(capsys, *args, **kw)
+    assert code == 0, f"flakekit {' '.join(args)}: exit {code}\n{err}"
+    return out

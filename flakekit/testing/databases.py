@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MARIADB_ADMIN_URL", "PG_ADMIN_URL", "free_port", "fresh_database", "fresh_server_database",
-    "listening", "proxied",
+    "listening", "proxied", "unreachable_url",
 ]
 
 #: admin URLs of the test servers (a user that may create databases)
@@ -36,6 +36,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def unreachable_url(kind: str) -> str:
+    """A URL of a ``postgresql`` or ``mariadb`` database on a loopback port nothing listens
+    on: connecting is refused at once, for the tests of what a user sees then."""
+    template = {"postgresql": "postgresql+psycopg://postgres@127.0.0.1:{port}/test",
+                "mariadb": "mysql+pymysql://root@127.0.0.1:{port}/test"}[kind]
+    return template.format(port=free_port())
 
 
 def _new_name() -> str:

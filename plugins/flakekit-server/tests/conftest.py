@@ -8,4 +8,4 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 from cluster_testing import cluster_db, start_cluster, trio  # noqa: F401 - fixtures
-from server_testing import start_server  # noqa: F401 - a fixture
+from server_testing import invoice_node, start_server  # noqa: F401 - fixtures

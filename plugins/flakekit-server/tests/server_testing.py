@@ -188,3 +188,96 @@ def chromium(tmp_path: Path, *args: str, budget_ms: int = 3000) -> subprocess.Co
            "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
            f"--virtual-time-budget={budget_ms}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+
+
+@pytest.fixture(scope="module")
+def invoice_node(tmp_path_factory) -> Iterator[Server]:
+    """One `invoice_server` a test module shares (fixture)."""
+    with invoice_server(tmp_path_factory.mktemp("invoices")) as server:
+        yield server
+
+
+def base(server: Server) -> str:
+    """The node's base URL, ``http://host:port``."""
+    return f"http://{server.host}:{server.port}"
+
+
+@contextlib.contextmanager
+def two_invoice_nodes(tmp: Path) -> Iterator[tuple[Server, Server]]:
+    """Two `flakekit serve` nodes on one SQLite database in ``tmp`` (segment 'invoices', key
+    invoice, step 50; snowflake 'orders'); both stopped on exit."""
+    config = sqlite_config(tmp, {"invoice": 50}, name="flakekit.toml")
+    one, two = Server(config, tmp=tmp), Server(config, tmp=tmp)
+    try:
+        yield one, two
+    finally:
+        one.stop()
+        two.stop()
+
+
+def start_loaded(tmp: Path, start_server: Any) -> Server:
+    """Through the `start_server` fixture: a node on SQLite in ``tmp`` with segment keys
+    invoice (step 1000) and payment (step 50), 7 IDs drawn from invoice (Leaf's URL) and
+    42 from the snowflake 'orders'."""
+    config = sqlite_config(tmp, {"invoice": 1000, "payment": 50},
+                           segments={"invoices": "invoice", "payments": "payment"})
+    server = start_server(config)
+    for _ in range(7):
+        assert server.get("/api/segment/get/invoice")[0] == 200
+    assert server.get("/api/v1/next/orders?count=42")[0] == 200
+    return server
+
+
+def ok(server: Server, path: str, headers: dict[str, str] | None = None) -> bytes:
+    """GET ``path``; asserts the answer is 200 and returns its body."""
+    status, _, body = server.get(path, headers)
+    assert status == 200, (path, status, body[:500])
+    return body
+
+
+def ok_json(server: Server, path: str, headers: dict[str, str] | None = None) -> Any:
+    """GET ``path``; asserts the answer is 200 and returns its JSON body."""
+    return json.loads(ok(server, path, headers))
+
+
+def sqlite_config(tmp: Path, keys: dict[str, int] | None = None, name: str = "c.toml",
+                  **kw: Any) -> Path:
+    """`write_config` ``tmp / name`` (``kw`` go there) on the SQLite file ``tmp/ids.db``;
+    with ``keys`` (key: step), leaf_alloc is created holding them."""
+    url = f"sqlite:///{tmp / 'ids.db'}"
+    if keys is not None:
+        create_keys(url, keys)
+    return write_config(tmp / name, url, **kw)
+
+
+def exchange(server: Server, request: bytes, timeout: float = 10) -> bytes:
+    """Send raw ``request`` bytes on one new connection; all the server answers until it
+    closes the connection."""
+    import socket
+
+    with socket.create_connection((server.host, server.port), timeout=timeout) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+@contextlib.contextmanager
+def sqlite_server(tmp: Path, generators: str,
+                  keys: dict[str, int] | None = None) -> Iterator[Server]:
+    """A `flakekit serve` of the ``generators`` TOML on backend ``main``, the SQLite file
+    ``tmp/ids.db`` (with ``keys``, leaf_alloc is created holding them); ``.url`` and
+    ``.config`` say where. Stopped on exit."""
+    url = f"sqlite:///{tmp / 'ids.db'}"
+    if keys is not None:
+        create_keys(url, keys)
+    config = tmp / "flakekit.toml"
+    config.write_text(f'[backends.main]\nurl = "{url}"\n\n' + generators)
+    server = Server(config, tmp=tmp)
+    server.url = url  # type: ignore[attr-defined]
+    server.config = config  # type: ignore[attr-defined]
+    try:
+        yield server
+    finally:
+        server.stop()

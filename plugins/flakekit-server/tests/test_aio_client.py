@@ -7,8 +7,7 @@ import signal
 import time
 
 import pytest
-from server_testing import Server, create_keys, invoice_server, write_config
-from test_client import base, free_port
+from server_testing import Server, base, two_invoice_nodes
 
 from flakekit.aio_client import AsyncClient
 from flakekit.errors import (
@@ -17,24 +16,19 @@ from flakekit.errors import (
     ClientError,
     ClientRefusedError,
 )
+from flakekit.testing import free_port
 
 pytestmark = pytest.mark.services
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """snowflake 'orders', segment 'invoices' (key invoice, step 100)."""
-    with invoice_server(tmp_path_factory.mktemp("aio-client")) as server:
-        yield server
 
 
 def run(coro):
     return asyncio.run(coro)
 
 
-def test_single_and_batch(server):
+def test_single_and_batch(invoice_node):
     async def main():
-        async with AsyncClient(base(server)) as client:
+        async with AsyncClient(base(invoice_node)) as client:
             singles = [await client.next_id("invoices") for _ in range(50)]
             batch = await client.next_ids("invoices", 200)
             orders = await client.next_ids("orders", 500)
@@ -48,9 +42,9 @@ def test_single_and_batch(server):
     assert leaf == sorted(leaf) and leaf[0] > batch[-1]
 
 
-def test_keep_alive_one_connection(server):
+def test_keep_alive_one_connection(invoice_node):
     async def main():
-        async with AsyncClient(base(server)) as client:
+        async with AsyncClient(base(invoice_node)) as client:
             for _ in range(20):
                 await client.next_id("orders")
             return [len(v) for v in client._idle.values()]
@@ -58,11 +52,11 @@ def test_keep_alive_one_connection(server):
     assert run(main()) == [1]
 
 
-def test_concurrent_calls_share_one_view_read(server):
+def test_concurrent_calls_share_one_view_read(invoice_node):
     """500 concurrent buffered calls: the view is read once (not once per waiting call),
     one batch request at a time: at most two connections, unique IDs."""
     async def main():
-        async with AsyncClient(base(server), buffer=50) as client:
+        async with AsyncClient(base(invoice_node), buffer=50) as client:
             ids = await asyncio.gather(*(client.next_id("orders") for _ in range(500)))
             return ids, sum(len(v) for v in client._idle.values())
 
@@ -70,9 +64,9 @@ def test_concurrent_calls_share_one_view_read(server):
     assert len(set(ids)) == 500 and conns <= 2
 
 
-def test_buffer(server):
+def test_buffer(invoice_node):
     async def main():
-        async with AsyncClient(base(server), buffer=30) as client:
+        async with AsyncClient(base(invoice_node), buffer=30) as client:
             first = await client.next_id("invoices")
             held = len(client._buffers["invoices"])
             rest = await asyncio.gather(*(client.next_id("invoices") for _ in range(300)))
@@ -88,9 +82,9 @@ def test_buffer(server):
     assert left >= 6
 
 
-def test_errors(server):
+def test_errors(invoice_node):
     async def main():
-        async with AsyncClient(base(server), retry_budget=1) as client:
+        async with AsyncClient(base(invoice_node), retry_budget=1) as client:
             with pytest.raises(ClientRefusedError) as info:
                 await client.next_id("nope")
             assert info.value.status == 404 and "\n" not in str(info.value)
@@ -123,9 +117,9 @@ def test_connection_refused():
     assert "connection refused" in str(info.value) and "\n" not in str(info.value)
 
 
-def test_closed_client_refuses(server):
+def test_closed_client_refuses(invoice_node):
     async def main():
-        client = AsyncClient(base(server))
+        client = AsyncClient(base(invoice_node))
         await client.aclose()
         await client.next_id("orders")
 
@@ -134,12 +128,7 @@ def test_closed_client_refuses(server):
 
 
 def test_server_killed_mid_run(tmp_path):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 50})
-    config = write_config(tmp_path / "flakekit.toml", url)
-    one, two = Server(config, tmp=tmp_path), Server(config, tmp=tmp_path)
-
-    async def main():
+    async def main(one: Server, two: Server) -> None:
         async with AsyncClient([base(one), base(two)], retry_budget=2, timeout=2) as client:
             got = [await client.next_id("invoices") for _ in range(40)]
             one.stop(signal.SIGKILL)
@@ -150,8 +139,5 @@ def test_server_killed_mid_run(tmp_path):
             with pytest.raises(ClientConnectionError, match="cannot reach the node"):
                 await client.next_id("invoices")
 
-    try:
-        run(main())
-    finally:
-        one.stop()
-        two.stop()
+    with two_invoice_nodes(tmp_path) as (one, two):
+        run(main(one, two))

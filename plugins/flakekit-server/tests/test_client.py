@@ -4,11 +4,10 @@ batches, the local buffer, errors, bad URLs, and a node killed mid-run."""
 from __future__ import annotations
 
 import signal
-import socket
 import time
 
 import pytest
-from server_testing import Server, create_keys, invoice_server, write_config
+from server_testing import base, two_invoice_nodes
 
 from flakekit.client import Client
 from flakekit.errors import (
@@ -17,42 +16,27 @@ from flakekit.errors import (
     ClientError,
     ClientRefusedError,
 )
+from flakekit.testing import free_port, in_threads
 
 pytestmark = pytest.mark.services
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """snowflake 'orders', segment 'invoices' (key invoice, step 100)."""
-    with invoice_server(tmp_path_factory.mktemp("client")) as server:
-        yield server
 
-
-def base(server: Server) -> str:
-    return f"http://{server.host}:{server.port}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_single_ids_of_a_segment_increase(server):
-    with Client(base(server)) as client:
+def test_single_ids_of_a_segment_increase(invoice_node):
+    with Client(base(invoice_node)) as client:
         ids = [client.next_id("invoices") for _ in range(150)]
     assert ids == sorted(ids) and len(set(ids)) == 150
 
 
-def test_snowflake_ids(server):
-    with Client([base(server)]) as client:
+def test_snowflake_ids(invoice_node):
+    with Client([base(invoice_node)]) as client:
         ids = [client.next_id("orders") for _ in range(20)]
     assert len(set(ids)) == 20 and all(0 < i < 2**63 for i in ids)
     assert ids == sorted(ids)
 
 
-def test_batch(server):
-    with Client(base(server)) as client:
+def test_batch(invoice_node):
+    with Client(base(invoice_node)) as client:
         first = client.next_id("invoices")
         batch = client.next_ids("invoices", 250)
         orders = client.next_ids("orders", 1000)
@@ -60,29 +44,29 @@ def test_batch(server):
     assert len(set(orders)) == 1000
 
 
-def test_segment_key_through_the_leaf_url(server):
+def test_segment_key_through_the_leaf_url(invoice_node):
     """A key that is no generator name (the biz_tag) is served by Leaf's URL."""
-    with Client(base(server)) as client:
+    with Client(base(invoice_node)) as client:
         one = client.next_id("invoice")
         three = client.next_ids("invoice", 3)
         assert "invoice" in client.routing.leaf_keys
     assert three == sorted(three) and three[0] > one
 
 
-def test_keep_alive_one_connection(server):
+def test_keep_alive_one_connection(invoice_node):
     """Sequential calls reuse one kept-alive connection per node."""
-    with Client(base(server)) as client:
+    with Client(base(invoice_node)) as client:
         client.next_id("orders")
-        pool = client._pools[base(server)]
+        pool = client._pools[base(invoice_node)]
         conn = pool.idle[0]
         for _ in range(30):
             client.next_id("orders")
         assert pool.idle == [conn]
 
 
-def test_buffered_ids_come_from_memory(server):
+def test_buffered_ids_come_from_memory(invoice_node):
     """buffer=N: one request fetches N, later calls hand them out; refills start early."""
-    with Client(base(server), buffer=40) as client:
+    with Client(base(invoice_node), buffer=40) as client:
         ids = [client.next_id("invoices")]
         buf = client._buffers["invoices"]
         assert len(buf.ids) == 39            # the rest of the first batch waits in memory
@@ -94,49 +78,38 @@ def test_buffered_ids_come_from_memory(server):
         assert len(buf.ids) >= 8
 
 
-def test_buffer_threads_share_no_id(server):
-    import threading
-
-    got: list[int] = []
-    lock = threading.Lock()
-    with Client(base(server), buffer=25) as client:
-        def work() -> None:
-            mine = [client.next_id("invoices") for _ in range(200)]
-            with lock:
-                got.extend(mine)
-
-        threads = [threading.Thread(target=work) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+def test_buffer_threads_share_no_id(invoice_node):
+    with Client(base(invoice_node), buffer=25) as client:
+        mine = in_threads(lambda _: [client.next_id("invoices") for _ in range(200)], 4,
+                          timeout=30)
+    got = [i for ids in mine for i in ids]
     assert len(got) == 800 and len(set(got)) == 800
 
 
-def test_unknown_generator_refused(server):
-    with Client(base(server), retry_budget=1) as client, \
+def test_unknown_generator_refused(invoice_node):
+    with Client(base(invoice_node), retry_budget=1) as client, \
             pytest.raises(ClientRefusedError) as info:
         client.next_id("nope")
     assert info.value.status == 404 and info.value.code == "unknown_key"
     assert "nope" in str(info.value) and "\n" not in str(info.value)
 
 
-def test_count_over_the_server_limit_refused(server):
-    with Client(base(server)) as client, pytest.raises(ClientRefusedError) as info:
+def test_count_over_the_server_limit_refused(invoice_node):
+    with Client(base(invoice_node)) as client, pytest.raises(ClientRefusedError) as info:
         client.next_ids("orders", 100_001)
     assert info.value.status == 400 and "count" in str(info.value)
 
 
 @pytest.mark.parametrize(("n", "words"), [(0, "n: must be an integer >= 1"),
                                           (-3, "got -3"), (2.5, "got 2.5"), (True, "got True")])
-def test_bad_count(server, n, words):
-    with Client(base(server)) as client, pytest.raises(ClientConfigError, match=words):
+def test_bad_count(invoice_node, n, words):
+    with Client(base(invoice_node)) as client, pytest.raises(ClientConfigError, match=words):
         client.next_ids("orders", n)
 
 
 @pytest.mark.parametrize("key", ["", None, 7])
-def test_bad_key(server, key):
-    with Client(base(server)) as client, pytest.raises(ClientConfigError, match="^key: "):
+def test_bad_key(invoice_node, key):
+    with Client(base(invoice_node)) as client, pytest.raises(ClientConfigError, match="^key: "):
         client.next_id(key)
 
 
@@ -189,8 +162,8 @@ def test_connection_refused():
     assert isinstance(info.value, ConnectionError)
 
 
-def test_closed_client_refuses(server):
-    client = Client(base(server))
+def test_closed_client_refuses(invoice_node):
+    client = Client(base(invoice_node))
     client.close()
     with pytest.raises(ClientError, match="closed"):
         client.next_id("orders")
@@ -199,21 +172,14 @@ def test_closed_client_refuses(server):
 def test_server_killed_mid_run(tmp_path):
     """Two nodes on one database: when one is killed, calls go on at the other; when both
     are gone, a ClientConnectionError within the budget."""
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 50})
-    config = write_config(tmp_path / "flakekit.toml", url)
-    one, two = Server(config, tmp=tmp_path), Server(config, tmp=tmp_path)
-    try:
-        with Client([base(one), base(two)], retry_budget=2, timeout=2) as client:
-            got = [client.next_id("invoices") for _ in range(40)]
-            got += client.next_ids("orders", 10)
-            one.stop(signal.SIGKILL)
-            got += [client.next_id("invoices") for _ in range(40)]
-            got += client.next_ids("orders", 10)
-            assert len(set(got)) == len(got) == 100
-            two.stop(signal.SIGKILL)
-            with pytest.raises(ClientConnectionError, match="cannot reach the node"):
-                client.next_id("invoices")
-    finally:
-        one.stop()
-        two.stop()
+    with two_invoice_nodes(tmp_path) as (one, two), \
+            Client([base(one), base(two)], retry_budget=2, timeout=2) as client:
+        got = [client.next_id("invoices") for _ in range(40)]
+        got += client.next_ids("orders", 10)
+        one.stop(signal.SIGKILL)
+        got += [client.next_id("invoices") for _ in range(40)]
+        got += client.next_ids("orders", 10)
+        assert len(set(got)) == len(got) == 100
+        two.stop(signal.SIGKILL)
+        with pytest.raises(ClientConnectionError, match="cannot reach the node"):
+            client.next_id("invoices")

@@ -10,12 +10,12 @@ import signal
 import time
 
 import pytest
-from server_testing import Server, create_keys, write_config
-from test_client import base, free_port
+from server_testing import Server, base, create_keys, write_config
 
 from flakekit.aio_client import AsyncClient
 from flakekit.client import Client
 from flakekit.errors import StaleOwnerEpochError
+from flakekit.testing import free_port
 
 pytestmark = pytest.mark.services
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import time
 import urllib.error
@@ -11,7 +10,17 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from server_testing import Server, create_keys, fresh_pg, run_cli, write_config
+from server_testing import (
+    Server,
+    create_keys,
+    exchange,
+    fresh_pg,
+    ok,
+    ok_json,
+    run_cli,
+    sqlite_config,
+    write_config,
+)
 
 TOKEN = "s3cret-token-0123456789abcdef"
 
@@ -21,10 +30,8 @@ def api(tmp_path_factory):
     """One server for the read-mostly tests: snowflake 'orders', segments 'invoices'
     (key invoice) and 'secret' (key secret, needs a token)."""
     tmp = tmp_path_factory.mktemp("api")
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 100, "secret": 10})
-    config = write_config(tmp / "flakekit.toml", url,
-                          segments={"invoices": "invoice", "secret": "secret"})
+    config = sqlite_config(tmp, {"invoice": 100, "secret": 10}, name="flakekit.toml",
+                           segments={"invoices": "invoice", "secret": "secret"})
     tokens = tmp / "tokens"
     tokens.write_text(f"# generator token\nsecret {TOKEN}\n")
     server = Server(config, "--max-count", "5000", "--token-file", str(tokens), tmp=tmp)
@@ -49,7 +56,7 @@ class TestLeafCompatibility:
 
     def test_segment_plain_text_increasing(self, api):
         """/api/segment/get/{key} answers increasing IDs of the key (biz_tag) as plain text."""
-        ids = [int(api.get("/api/segment/get/invoice")[2]) for _ in range(250)]
+        ids = [int(ok(api, "/api/segment/get/invoice")) for _ in range(250)]
         assert ids == sorted(ids) and len(set(ids)) == 250
         assert ids[0] >= 1
 
@@ -67,7 +74,7 @@ class TestLeafCompatibility:
 
     def test_leaf_decode(self, api):
         """/decodeSnowflakeId answers Leaf's JSON (timestamp, workerId, sequenceId)."""
-        value = int(api.get("/api/snowflake/get/orders")[2])
+        value = int(ok(api, "/api/snowflake/get/orders"))
         status, data = api.json(f"/decodeSnowflakeId?snowflakeId={value}")
         assert status == 200
         assert set(data) == {"timestamp", "workerId", "sequenceId"}
@@ -110,9 +117,9 @@ class TestJsonApi:
 
     def test_formats(self, api):
         """strings (safe for JavaScript), ranges (compact) and text (one per line)."""
-        _, data = api.json("/api/v1/next/orders?count=3&format=strings")
+        data = ok_json(api, "/api/v1/next/orders?count=3&format=strings")
         assert all(isinstance(i, str) and i.isdigit() for i in data["ids"])
-        _, data = api.json("/api/v1/next/invoices?count=300&format=ranges")
+        data = ok_json(api, "/api/v1/next/invoices?count=300&format=ranges")
         ids = [i for r in data["ranges"] for i in range(r["start"], r["stop"], r["step"])]
         assert len(set(ids)) == 300
         status, headers, body = api.get("/api/v1/next/orders?count=4&format=text")
@@ -121,9 +128,9 @@ class TestJsonApi:
         assert len(body.split()) == 4
 
     def test_no_id_twice_across_endpoints(self, api):
-        got = [int(api.get("/api/segment/get/invoice")[2]) for _ in range(5)]
-        got += api.json("/api/v1/next/invoices?count=500")[1]["ids"]
-        got += [int(api.get("/api/segment/get/invoice")[2]) for _ in range(5)]
+        got = [int(ok(api, "/api/segment/get/invoice")) for _ in range(5)]
+        got += ok_json(api, "/api/v1/next/invoices?count=500")["ids"]
+        got += [int(ok(api, "/api/segment/get/invoice")) for _ in range(5)]
         assert len(set(got)) == len(got)
 
     @pytest.mark.parametrize("query",
@@ -150,7 +157,7 @@ class TestJsonApi:
         assert data["max_count"] == 5000
 
     def test_decode(self, api):
-        value = api.json("/api/v1/next/orders")[1]["ids"][0]
+        value = ok_json(api, "/api/v1/next/orders")["ids"][0]
         status, data = api.json(f"/api/v1/decode/{value}?generator=orders")
         assert status == 200 and data["id"] == value and data["layout"] == "snowflake"
         assert {"time", "worker", "sequence", "timestamp"} <= set(data)
@@ -206,22 +213,15 @@ class TestErrors:
 
     def test_garbage_is_400_json(self, api):
         """Bytes that are not HTTP get a 400 with a JSON body, and the connection closes."""
-        with socket.create_connection(("127.0.0.1", api.port), timeout=5) as sock:
-            sock.sendall(b"\x16\x03\x01garbage\r\n\r\n")
-            data = b""
-            while chunk := sock.recv(65536):
-                data += chunk
+        data = exchange(api, b"\x16\x03\x01garbage\r\n\r\n", timeout=5)
         head, _, body = data.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 400")
         is_json_error(body, 400, "bad_request")
 
     def test_pipelined_requests_answered_in_order(self, api):
-        with socket.create_connection(("127.0.0.1", api.port), timeout=5) as sock:
-            req = b"GET /api/segment/get/invoice HTTP/1.1\r\nHost: x\r\n\r\n"
-            sock.sendall(req * 3 + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            data = b""
-            while chunk := sock.recv(65536):
-                data += chunk
+        req = b"GET /api/segment/get/invoice HTTP/1.1\r\nHost: x\r\n\r\n"
+        data = exchange(api, req * 3 + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: "
+                                       b"close\r\n\r\n", timeout=5)
         assert data.count(b"HTTP/1.1 200 OK") == 4
         bodies = [part.split(b"HTTP/1.1")[0] for part in data.split(b"\r\n\r\n")[1:4]]
         ids = [int(b) for b in bodies]
@@ -242,6 +242,7 @@ class TestAuth:
     def test_wrong_token_401(self, api):
         status, _, body = api.get("/api/segment/get/secret",
                                   {"Authorization": "Bearer wrong-token-0000000000"})
+        assert status == 401
         is_json_error(body, 401, "unauthorized")
         status, _, body = api.get("/api/segment/get/secret", {"Authorization": f"Basic {TOKEN}"})
         assert status == 401
@@ -261,8 +262,7 @@ class TestAuth:
         ("orders", "expected 'GENERATOR TOKEN'"),
     ])
     def test_bad_token_file_exit_2(self, tmp_path, text, message):
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        config = write_config(tmp_path / "c.toml", url, segments={})
+        config = sqlite_config(tmp_path, segments={})
         tokens = tmp_path / "tokens"
         tokens.write_text(text + "\n")
         result = run_cli("serve", "--config", str(config), "--port", "0", "--token-file",
@@ -275,7 +275,7 @@ class TestAuth:
 class TestSafeDefaults:
     def test_binds_loopback_by_default(self, api):
         assert api.host == "127.0.0.1"
-        _, status = api.json("/api/v1/status")
+        status = ok_json(api, "/api/v1/status")
         assert status["server"]["host"] == "127.0.0.1"
 
     def test_static_allocator_refuses_many_processes(self, tmp_path):
@@ -287,8 +287,7 @@ class TestSafeDefaults:
 
     def test_snowflake_default_serves_any_key(self, tmp_path, start_server):
         """With --snowflake-default, any key works, as Leaf ignores it."""
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        config = write_config(tmp_path / "c.toml", url, segments={})
+        config = sqlite_config(tmp_path, segments={})
         server = start_server(config, "--snowflake-default", "orders")
         status, _, body = server.get("/api/snowflake/get/anything")
         assert status == 200 and body.isdigit()
@@ -296,11 +295,9 @@ class TestSafeDefaults:
     def test_graceful_shutdown_releases_lease_and_gives_back(self, tmp_path, start_server):
         """SIGTERM: leases released (holder cleared), the segment tail given back."""
         db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        create_keys(url, {"invoice": 1000})
-        config = write_config(tmp_path / "c.toml", url)
+        config = sqlite_config(tmp_path, {"invoice": 1000})
         server = start_server(config)
-        assert server.get("/api/segment/get/invoice")[2] == b"1"
+        assert ok(server, "/api/segment/get/invoice") == b"1"
         assert server.get("/api/snowflake/get/orders")[0] == 200
         with sqlite3.connect(db) as conn:
             assert conn.execute("SELECT holder FROM system_nodes").fetchone()[0] is not None
@@ -316,9 +313,7 @@ class TestReadiness:
     def test_ready_flips_when_lease_lost(self, tmp_path, start_server):
         """Another holder takes the worker row: the heartbeat fails, /ready goes 503, IDs stop."""
         db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        create_keys(url, {"invoice": 100})
-        config = write_config(tmp_path / "c.toml", url, heartbeat="200ms")
+        config = sqlite_config(tmp_path, {"invoice": 100}, heartbeat="200ms")
         server = start_server(config)
         status, data = server.json("/ready")
         assert status == 200 and data["ready"] is True
@@ -341,10 +336,7 @@ class TestReadiness:
     def test_not_ready_without_segment_buffer(self, tmp_path, start_server):
         """A segment key whose buffers are empty and cannot refill makes /ready 503."""
         db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        create_keys(url, {"tiny": 2})
-        config = write_config(tmp_path / "c.toml", url, segments={"tiny": "tiny"},
-                              extra="")
+        config = sqlite_config(tmp_path, {"tiny": 2}, segments={"tiny": "tiny"})
         config.write_text(config.read_text().replace('key = "tiny"',
                                                      'key = "tiny"\ndynamic_step = '
                                                      'false\nwait_budget = "100ms"'))
@@ -362,14 +354,12 @@ class TestMultiProcess:
     def test_two_processes_two_leases(self, tmp_path, start_server):
         """--workers 2: each process leases its own worker id; IDs over many connections are
         unique."""
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        create_keys(url, {"invoice": 1000})
-        config = write_config(tmp_path / "c.toml", url)
+        config = sqlite_config(tmp_path, {"invoice": 1000})
         server = start_server(config, "--workers", "2")
         assert "2 processes" in server.banner
         deadline = time.monotonic() + 10
         while True:
-            _, status = server.json("/api/v1/status")
+            status = ok_json(server, "/api/v1/status")
             if len(status["processes"]) == 2 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
@@ -378,8 +368,8 @@ class TestMultiProcess:
         assert len(status["processes"]) == 2 and len(workers) == 2, status
         ids = []
         for _ in range(200):  # new connections: spread over both processes
-            ids.append(int(server.get("/api/snowflake/get/orders")[2]))
-            ids.append(int(server.get("/api/segment/get/invoice")[2]))
+            ids.append(int(ok(server, "/api/snowflake/get/orders")))
+            ids.append(int(ok(server, "/api/segment/get/invoice")))
         assert len(set(ids)) == len(ids)
         seen_workers = {(i >> 12) & 1023 for i in ids[::2]}
         assert seen_workers == workers
@@ -444,10 +434,10 @@ class TestPostgres:
             assert run.returncode == 0, run.stderr
             create_keys(url, {"invoice": 500})
             server = start_server(tmp_path / "c.toml", "--workers", "2")
-            ids = [int(server.get("/api/snowflake/get/orders")[2]) for _ in range(50)]
-            ids += [int(server.get("/api/segment/get/invoice")[2]) for _ in range(50)]
-            ids += server.json("/api/v1/next/invoices?count=2000")[1]["ids"]
-            ids += server.json("/api/v1/next/orders?count=2000")[1]["ids"]
+            ids = [int(ok(server, "/api/snowflake/get/orders")) for _ in range(50)]
+            ids += [int(ok(server, "/api/segment/get/invoice")) for _ in range(50)]
+            ids += ok_json(server, "/api/v1/next/invoices?count=2000")["ids"]
+            ids += ok_json(server, "/api/v1/next/orders?count=2000")["ids"]
             assert len(set(ids)) == len(ids) == 4100
             assert server.json("/ready")[0] == 200
             assert server.stop() == 0

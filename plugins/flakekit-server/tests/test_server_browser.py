@@ -12,7 +12,13 @@ import re
 from pathlib import Path
 
 import pytest
-from server_testing import CHROMIUM, NO_CHROMIUM, chromium, create_keys, write_config
+from server_testing import (
+    CHROMIUM,
+    NO_CHROMIUM,
+    chromium,
+    sqlite_config,
+    start_loaded,
+)
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 
@@ -30,14 +36,7 @@ def cells(dom: str, table_id: str) -> list[list[str]]:
 
 class TestMonitorPage:
     def test_page_shows_generators_leases_and_buffers(self, tmp_path, start_server):
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        create_keys(url, {"invoice": 1000, "payment": 50})
-        config = write_config(tmp_path / "c.toml", url,
-                              segments={"invoices": "invoice", "payments": "payment"})
-        server = start_server(config)
-        for _ in range(7):
-            assert server.get("/api/segment/get/invoice")[0] == 200
-        assert server.get("/api/v1/next/orders?count=42")[0] == 200
+        server = start_loaded(tmp_path, start_server)
         page = f"http://127.0.0.1:{server.port}/"
 
         result = chromium(tmp_path, "--dump-dom", page)
@@ -81,8 +80,7 @@ class TestMonitorPage:
         import time
 
         db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        config = write_config(tmp_path / "c.toml", url, heartbeat="200ms", segments={})
+        config = sqlite_config(tmp_path, heartbeat="200ms", segments={})
         server = start_server(config)
         with sqlite3.connect(db) as conn:
             conn.execute("UPDATE system_nodes SET version = version + 1, holder = 'thief'")

@@ -9,7 +9,7 @@ import time
 import flakekit_server
 import pytest
 from flakekit_server.cli import exposure_warning
-from server_testing import create_keys, write_config
+from server_testing import ok, ok_json, sqlite_config
 from test_server_metrics import parse, value
 
 import flakekit
@@ -17,9 +17,7 @@ import flakekit
 
 @pytest.fixture
 def server(tmp_path, start_server):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    return start_server(write_config(tmp_path / "c.toml", url))
+    return start_server(sqlite_config(tmp_path, {"invoice": 100}))
 
 
 class TestHead:
@@ -50,13 +48,13 @@ class TestHead:
         if "segment" in path:
             assert after == first + 1   # consecutive: the HEAD drew nothing
         issued = {g["name"]: g["issued"] for g in
-                  server.json("/api/v1/status")[1]["processes"][0]["generators"]}
+                  ok_json(server, "/api/v1/status")["processes"][0]["generators"]}
         assert issued["invoices" if "segment" in path else "orders"] == 2
 
 
 class TestMetrics:
     def test_process_and_build_info(self, server):
-        m = parse(server.get("/metrics")[2].decode())
+        m = parse(ok(server, "/metrics").decode())
         assert m["flakekit_build_info"] == [({"version": flakekit.__version__,
                                               "server_version": flakekit_server.__version__,
                                               "python": platform.python_version()}, 1.0)]
@@ -73,7 +71,7 @@ class TestMetrics:
         """Every fetch lands in one bucket: the +Inf bucket equals the count, buckets grow."""
         for _ in range(150):   # past the first segment of 100: a second fetch
             assert server.get("/api/segment/get/invoice")[0] == 200
-        m = parse(server.get("/metrics")[2].decode())
+        m = parse(ok(server, "/metrics").decode())
         name = "flakekit_segment_fetch_duration_seconds"
         buckets = [(float(lab["le"]), v) for lab,
                    v in m[name + "_bucket"] if lab["key"] == "invoice"]
@@ -85,7 +83,7 @@ class TestMetrics:
 
     def test_counters_from_start(self, server):
         """A fresh server has every counter at 0: rate() works from the first event on."""
-        m = parse(server.get("/metrics")[2].decode())
+        m = parse(ok(server, "/metrics").decode())
         for waited in ("true", "false"):
             assert value(m, "flakekit_clock_rollbacks_total", generator="orders",
                          waited=waited) == 0
@@ -96,7 +94,7 @@ class TestMetrics:
 
 
 def server_started(server) -> float:
-    return value(parse(server.get("/metrics")[2].decode()), "flakekit_server_start_time_seconds",
+    return value(parse(ok(server, "/metrics").decode()), "flakekit_server_start_time_seconds",
                  process="0")
 
 
@@ -112,8 +110,7 @@ class TestExposureWarning:
         assert exposure_warning(host, "/etc/tokens") is None
 
     def test_printed_by_serve(self, tmp_path, start_server):
-        url = f"sqlite:///{tmp_path / 'ids.db'}"
-        config = write_config(tmp_path / "c.toml", url, segments={})
+        config = sqlite_config(tmp_path, segments={})
         exposed = start_server(config, "--host", "0.0.0.0")
         time.sleep(0.2)
         lines = [line for line in exposed.log().splitlines() if "--token-file" in line]

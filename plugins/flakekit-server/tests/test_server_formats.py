@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from server_testing import Server
+from server_testing import Server, ok_json
 
 from flakekit.values.formats import IdFormat
 
@@ -33,7 +33,7 @@ def test_strings_use_the_generators_format(api):
     assert status == 200
     ids = data["ids"]
     assert all(s.startswith("ord_") and len(s) == 15 for s in ids) and ids == sorted(ids)
-    status, data = api.json("/api/v1/next/plain?count=2&format=strings")
+    data = ok_json(api, "/api/v1/next/plain?count=2&format=strings")
     assert all(s.isdigit() for s in data["ids"])
 
 
@@ -45,7 +45,7 @@ def test_an_encoding_keeps_the_prefix(api):
 
 
 def test_decode_reads_the_string_back(api):
-    _, data = api.json("/api/v1/next/orders?format=strings")
+    data = ok_json(api, "/api/v1/next/orders?format=strings")
     text = data["ids"][0]
     status, info = api.json(f"/api/v1/decode/{text}?generator=orders")
     assert status == 200 and info["id"] == IdFormat("base62", "ord_").decode(text)

@@ -7,28 +7,31 @@ import json
 import time
 
 import pytest
-from server_testing import Server, create_keys, run_cli, write_config
+from server_testing import (
+    Server,
+    create_keys,
+    ok,
+    ok_json,
+    run_cli,
+    sqlite_config,
+    sqlite_server,
+    write_config,
+)
+
+LEAF_GENERATORS = (
+    '[generators.orders]\nstrategy = "snowflake"\n'
+    'allocator = { type = "sql", backend = "main" }\n\n'
+    '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\n'
+    'store = { type = "sql", backend = "main", keys = "all" }\n'
+)
 
 
 @pytest.fixture(scope="module")
 def leaf(tmp_path_factory):
     """Snowflake 'orders'; segment 'invoices' (key invoice) on a store with keys = "all"."""
-    tmp = tmp_path_factory.mktemp("leaf")
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 100, "leaf-segment-test": 2000})
-    config = tmp / "flakekit.toml"
-    config.write_text(
-        f'[backends.main]\nurl = "{url}"\n\n'
-        '[generators.orders]\nstrategy = "snowflake"\n'
-        'allocator = { type = "sql", backend = "main" }\n\n'
-        '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\n'
-        'store = { type = "sql", backend = "main", keys = "all" }\n'
-    )
-    server = Server(config, tmp=tmp)
-    server.url = url
-    server.config = config
-    yield server
-    server.stop()
+    with sqlite_server(tmp_path_factory.mktemp("leaf"), LEAF_GENERATORS,
+                       keys={"invoice": 100, "leaf-segment-test": 2000}) as server:
+        yield server
 
 
 @pytest.mark.parametrize("path", [
@@ -75,7 +78,7 @@ def test_decode_error_is_200_with_error_msg(leaf):
     for raw in ("abc", "99999999999999999999", "-5"):
         status, data = leaf.json(f"/decodeSnowflakeId?snowflakeId={raw}&_=1")
         assert status == 200 and set(data) == {"errorMsg"}, (raw, data)
-    value = int(leaf.get("/api/snowflake/get/orders")[2])
+    value = int(ok(leaf, "/api/snowflake/get/orders"))
     status, data = leaf.json(f"/decodeSnowflakeId/?snowflakeId={value}", )
     assert status == 200 and set(data) == {"timestamp", "workerId", "sequenceId"}
 
@@ -92,12 +95,12 @@ def test_key_added_while_running_is_served(leaf):
     while (got := leaf.get("/api/segment/get/coupon"))[0] != 200:
         assert got[0] == 404 and time.monotonic() < deadline, got
         time.sleep(0.2)
-    ids = [int(got[2])] + [int(leaf.get("/api/segment/get/coupon")[2]) for _ in range(119)]
+    ids = [int(got[2])] + [int(ok(leaf, "/api/segment/get/coupon")) for _ in range(119)]
     assert ids == sorted(ids) and len(set(ids)) == 120 and ids[0] >= 1
     status, _, body = leaf.get("/api/segment/get/leaf-segment-test")
     assert status == 200 and body.isdigit()
     # the monitor data shows the table's keys under the generator serving them
-    status, data = leaf.json("/api/v1/status")
+    data = ok_json(leaf, "/api/v1/status")
     keys = {k["key"] for p in data["processes"] for g in p["generators"]
             if g["name"] == "invoices" for k in g["keys"]}
     assert {"invoice", "coupon", "leaf-segment-test"} <= keys
@@ -127,8 +130,7 @@ def test_without_keys_all_new_keys_are_404(tmp_path):
 
 
 def test_bad_keys_value_is_one_line(tmp_path):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    config = write_config(tmp_path / "flakekit.toml", url, segments={})
+    config = sqlite_config(tmp_path, name="flakekit.toml", segments={})
     config.write_text(config.read_text() + '[generators.x]\nstrategy = "segment"\n'
                       'store = { type = "sql", backend = "main", keys = "every" }\n')
     result = run_cli("config", "check", str(config))
@@ -164,7 +166,7 @@ def test_keys_all_two_servers_on_postgresql_never_repeat(tmp_path):
                     time.sleep(0.2)
 
             def draw(server: Server) -> list[int]:
-                return [int(server.get("/api/segment/get/refund")[2]) for _ in range(150)]
+                return [int(ok(server, "/api/segment/get/refund")) for _ in range(150)]
 
             with ThreadPoolExecutor(2) as pool:
                 got = [i for ids in pool.map(draw, servers) for i in ids]

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server_testing import Server, write_config
+from server_testing import Server, ok, sqlite_config
 
 pytestmark = pytest.mark.slow  # about a minute of real attacks; once per CI run
 
@@ -86,8 +86,7 @@ class Watch:
 
 @pytest.fixture
 def server(tmp_path):
-    config = write_config(tmp_path / "flakekit.toml", f"sqlite:///{tmp_path / 'ids.db'}",
-                          segments={})
+    config = sqlite_config(tmp_path, name="flakekit.toml", segments={})
     srv = Server(config, tmp=tmp_path)
     yield srv
     srv.stop()
@@ -174,8 +173,7 @@ def test_pipelined_batches_all_answered_when_read(server):
 def test_client_that_never_reads_is_disconnected(tmp_path):
     """A client whose answers stay unread for --idle-timeout loses its connection (and the
     answer it holds in the server's memory). Before: kept for as long as it stayed open."""
-    config = write_config(tmp_path / "flakekit.toml", f"sqlite:///{tmp_path / 'ids.db'}",
-                          segments={})
+    config = sqlite_config(tmp_path, name="flakekit.toml", segments={})
     server = Server(config, "--idle-timeout", "2", tmp=tmp_path)
     request = b"GET /api/v1/next/orders?count=100000 HTTP/1.1\r\nHost: x\r\n\r\n"
     sock = socket.socket()
@@ -185,7 +183,7 @@ def test_client_that_never_reads_is_disconnected(tmp_path):
         sock.sendall(request * 20)
         t0 = time.monotonic()
         while True:
-            metrics = server.get("/metrics")[2].decode()
+            metrics = ok(server, "/metrics").decode()
             open_now = [line for line in metrics.splitlines()
                         if line.startswith("flakekit_http_connections{")]
             if open_now == ['flakekit_http_connections{process="0"} 1']:  # this request's
@@ -203,8 +201,7 @@ def test_silent_connections_get_the_header_timeout(tmp_path):
     """A connection that sends nothing is closed after --header-timeout, not kept for the
     idle timeout; and while every slot is taken, a new client still gets in (the oldest
     idle or silent connection makes room). Before: 503 for everyone for 30 s."""
-    config = write_config(tmp_path / "flakekit.toml", f"sqlite:///{tmp_path / 'ids.db'}",
-                          segments={})
+    config = sqlite_config(tmp_path, name="flakekit.toml", segments={})
     server = Server(config, "--max-connections", "20", "--header-timeout", "2", tmp=tmp_path)
     socks = []
     try:

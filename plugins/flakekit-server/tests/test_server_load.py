@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from server_testing import create_keys, write_config
+from server_testing import sqlite_config
 
 THREADS = 8
 BATCHES = 13        # per thread and generator
@@ -17,9 +17,7 @@ SINGLES = 250       # per thread and generator
 
 @pytest.mark.slow
 def test_million_ids_no_duplicate(tmp_path, start_server):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 10_000})
-    config = write_config(tmp_path / "c.toml", url)
+    config = sqlite_config(tmp_path, {"invoice": 10_000})
     server = start_server(config, "--workers", "2", "--max-count", str(BATCH))
     got: dict[str, list[list[int]]] = {"orders": [], "invoices": []}
     errors: list[str] = []
@@ -28,14 +26,21 @@ def test_million_ids_no_duplicate(tmp_path, start_server):
     def client() -> None:
         mine: dict[str, list[int]] = {"orders": [], "invoices": []}
         conn = server.conn(timeout=30)
+
+        def get(path: str) -> bytes | None:
+            """The body of a 200 answer; anything else is noted in ``errors``."""
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            body = resp.read()
+            if resp.status != 200:
+                errors.append(f"{path}: {resp.status} {body[:200]!r}")
+                return None
+            return body
+
         try:
             for i in range(BATCHES):
                 for name in ("orders", "invoices"):
-                    conn.request("GET", f"/api/v1/next/{name}?count={BATCH}")
-                    resp = conn.getresponse()
-                    body = resp.read()
-                    if resp.status != 200:
-                        errors.append(f"{name}: {resp.status} {body[:200]!r}")
+                    if (body := get(f"/api/v1/next/{name}?count={BATCH}")) is None:
                         return
                     mine[name].extend(json.loads(body)["ids"])
                     if i == 0:
@@ -43,11 +48,7 @@ def test_million_ids_no_duplicate(tmp_path, start_server):
             for _ in range(SINGLES):
                 for name, path in (("orders", "/api/snowflake/get/orders"),
                                    ("invoices", "/api/segment/get/invoice")):
-                    conn.request("GET", path)
-                    resp = conn.getresponse()
-                    body = resp.read()
-                    if resp.status != 200:
-                        errors.append(f"{path}: {resp.status} {body[:200]!r}")
+                    if (body := get(path)) is None:
                         return
                     mine[name].append(int(body))
         except Exception as exc:  # noqa: BLE001 - reported below

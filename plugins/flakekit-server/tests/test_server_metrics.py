@@ -7,7 +7,7 @@ import sqlite3
 import time
 
 import pytest
-from server_testing import create_keys, write_config
+from server_testing import ok, sqlite_config
 
 SAMPLE = re.compile(r'^([a-z_:][a-z0-9_:]*)(\{([a-z_]+="(\\.|[^"\\])*",?)*\})? '
                     r'(-?[0-9.e+-]+|NaN|[+-]Inf)$')
@@ -42,9 +42,7 @@ def value(metrics, name: str, **labels: str) -> float:
 
 @pytest.fixture
 def server(tmp_path, start_server):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    config = write_config(tmp_path / "c.toml", url, heartbeat="200ms")
+    config = sqlite_config(tmp_path, {"invoice": 100}, heartbeat="200ms")
     srv = start_server(config)
     srv.db = tmp_path / "ids.db"
     return srv
@@ -98,7 +96,7 @@ class TestMetrics:
             conn.execute("UPDATE system_nodes SET version = version + 1, holder = 'thief'")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            m = parse(server.get("/metrics")[2].decode())
+            m = parse(ok(server, "/metrics").decode())
             if value(m, "flakekit_lease_losses_total", generator="orders") == 1:
                 break
             time.sleep(0.1)

@@ -16,7 +16,13 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from server_testing import CHROMIUM, NO_CHROMIUM, chromium, create_keys, write_config
+from server_testing import (
+    CHROMIUM,
+    NO_CHROMIUM,
+    chromium,
+    sqlite_config,
+    start_loaded,
+)
 
 from flakekit.testing.waiting import wait_until
 
@@ -74,14 +80,7 @@ def same_origin_proxy(port: int, probe: bytes) -> Iterator[int]:
 def loaded(tmp_path, start_server):
     """A server on SQLite with keys invoice and payment, 7 segment IDs and 42 snowflake IDs
     drawn, after the per-second tick sampled them."""
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 1000, "payment": 50})
-    config = write_config(tmp_path / "c.toml", url,
-                          segments={"invoices": "invoice", "payments": "payment"})
-    server = start_server(config)
-    for _ in range(7):
-        assert server.get("/api/segment/get/invoice")[0] == 200
-    assert server.get("/api/v1/next/orders?count=42")[0] == 200
+    server = start_loaded(tmp_path, start_server)
     wait_until(lambda: sum(generator(status(server), "orders")["rate_per_s"]) == 42, 30,
                what="the tick to sample the 42 IDs", interval=0.2)
     return server
@@ -157,13 +156,10 @@ class TestMonitorPictures:
 
     def test_keys_are_text_not_markup(self, tmp_path, start_server):
         """A key in the table that is HTML shows as text; its script never runs."""
-        db = tmp_path / "ids.db"
-        url = f"sqlite:///{db}"
-        create_keys(url, {"invoice": 100})
-        with sqlite3.connect(db) as conn:
+        config = sqlite_config(tmp_path, {"invoice": 100}, segments={"invoices": "invoice"})
+        with sqlite3.connect(tmp_path / "ids.db") as conn:
             conn.execute("INSERT INTO leaf_alloc (biz_tag, max_id, step, description) "
                          "SELECT ?, max_id, step, description FROM leaf_alloc", (EVIL,))
-        config = write_config(tmp_path / "c.toml", url, segments={"invoices": "invoice"})
         server = start_server(config)
         result = chromium(tmp_path, "--dump-dom", f"http://127.0.0.1:{server.port}/")
         assert result.returncode == 0, result.stderr[-2000:]

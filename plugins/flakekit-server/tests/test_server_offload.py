@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 from typing import Any
 
 import pytest
 from flakekit_server.app import IdService, Pending, ServerOptions
-from server_testing import create_keys, write_config
+from server_testing import create_keys, exchange, ok, sqlite_config, write_config
 
 import flakekit
 from flakekit.values.batch import IdBatch
@@ -51,9 +50,7 @@ def spy_on(service, name):
 
 @pytest.fixture
 def service(tmp_path):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 1000})
-    kit = flakekit.load(write_config(tmp_path / "c.toml", url)).start()
+    kit = flakekit.load(sqlite_config(tmp_path, {"invoice": 1000})).start()
     svc = IdService(kit, ServerOptions(max_count=100_000))
     yield svc
     svc.close()
@@ -87,12 +84,8 @@ def test_offloaded_batch_keeps_pipelined_order(tmp_path, start_server):
     server = start_server(write_config(tmp_path / "c.toml", url))
     big = b"GET /api/v1/next/invoices?count=20000&format=ranges HTTP/1.1\r\nHost: x\r\n\r\n"
     one = b"GET /api/segment/get/invoice HTTP/1.1\r\nHost: x\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(big + one + one + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: "
-                                       b"close\r\n\r\n")
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
+    data = exchange(server, big + one + one + b"GET /health HTTP/1.1\r\nHost: x\r\n"
+                                              b"Connection: close\r\n\r\n")
     assert data.count(b"HTTP/1.1 200 OK") == 4
     parts = data.split(b"HTTP/1.1 200 OK")[1:]
     batch = json.loads(parts[0].split(b"\r\n\r\n", 1)[1])
@@ -102,7 +95,7 @@ def test_offloaded_batch_keeps_pipelined_order(tmp_path, start_server):
     status, body = server.json("/api/v1/status")
     assert status == 200, body
     assert body["processes"][0]["offloaded_batches"] == 1
-    metrics = server.get("/metrics")[2].decode()
+    metrics = ok(server, "/metrics").decode()
     assert 'flakekit_http_offloaded_batches_total{process="0"} 1' in metrics
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from flakekit_server.app import IdService, ServerOptions
 from flakekit_server.openapi import served_paths
-from server_testing import create_keys, write_config
+from server_testing import sqlite_config
 
 import flakekit
 
@@ -19,9 +19,7 @@ SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
 
 @pytest.fixture
 def config(tmp_path):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    return write_config(tmp_path / "c.toml", url)
+    return sqlite_config(tmp_path, {"invoice": 100})
 
 
 def test_document_names_every_route(config, start_server):

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from server_testing import create_keys, write_config
+from server_testing import sqlite_config
 
 import flakekit
 from flakekit.plugin import get_host
@@ -41,9 +41,7 @@ def named(exporter, name):
 
 @pytest.fixture
 def kit(tmp_path):
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    kit = flakekit.load(write_config(tmp_path / "c.toml", url, heartbeat="200ms"))
+    kit = flakekit.load(sqlite_config(tmp_path, {"invoice": 100}, heartbeat="200ms"))
     yield kit
     kit.close()
 
@@ -139,9 +137,7 @@ def test_nothing_is_imported_without_opentelemetry(tmp_path):
     """opentelemetry made unimportable (as if not installed): a kit with the server plugin
     fetches, renews and draws, and neither opentelemetry nor flakekit_server.otel is ever
     imported."""
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    config = write_config(tmp_path / "c.toml", url, heartbeat="200ms")
+    config = sqlite_config(tmp_path, {"invoice": 100}, heartbeat="200ms")
     script = textwrap.dedent(f"""
         import json, sys
 

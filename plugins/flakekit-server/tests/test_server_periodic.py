@@ -4,27 +4,22 @@ format=strings the template's, both of the database's current day. Real server, 
 from __future__ import annotations
 
 import pytest
-from server_testing import Server
+from server_testing import sqlite_server
 from sqlalchemy import create_engine
 
 from flakekit.sql.leaf import SqlSegmentStore
 
+INVOICES = (
+    '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\nreset = "daily"\n'
+    'template = "INV-{date:%Y%m%d}-{seq:06d}"\nperiod_step = 50\n'
+    'store = { type = "sql", backend = "main" }\n'
+)
+
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("periodic")
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    config = tmp / "flakekit.toml"
-    config.write_text(
-        f'[backends.main]\nurl = "{url}"\n\n'
-        '[generators.invoices]\nstrategy = "segment"\nkey = "invoice"\nreset = "daily"\n'
-        'template = "INV-{date:%Y%m%d}-{seq:06d}"\nperiod_step = 50\n'
-        'store = { type = "sql", backend = "main" }\n'
-    )
-    server = Server(config, tmp=tmp)
-    server.url = url
-    yield server
-    server.stop()
+    with sqlite_server(tmp_path_factory.mktemp("periodic"), INVOICES) as server:
+        yield server
 
 
 def test_leaf_url_and_strings(api):

@@ -14,7 +14,7 @@ import re
 import signal
 import time
 
-from server_testing import CHROMIUM, Server, chromium, run_cli
+from server_testing import CHROMIUM, Server, chromium, ok, ok_json, run_cli
 
 CONFIG = """\
 [backends.main]
@@ -52,7 +52,7 @@ def test_failing_worker_turns_ready_503_and_shows_in_metrics(tmp_path):
             assert time.monotonic() < deadline, data
             time.sleep(0.2)
         assert data["supervision"]["expected"] == 2 and data["supervision"]["running"] == 2
-        assert _metric(server.get("/metrics")[2].decode(), "flakekit_server_processes_running") == 2
+        assert _metric(ok(server, "/metrics").decode(), "flakekit_server_processes_running") == 2
 
         os.kill(pids[1], signal.SIGKILL)
         deadline = time.monotonic() + 60
@@ -67,14 +67,14 @@ def test_failing_worker_turns_ready_503_and_shows_in_metrics(tmp_path):
         status, _, body = server.get("/api/snowflake/get/orders")
         assert status == 200 and body.isdigit()  # process 0 keeps serving
 
-        metrics = server.get("/metrics")[2].decode()
+        metrics = ok(server, "/metrics").decode()
         assert _metric(metrics, "flakekit_server_processes_expected") == 2
         assert _metric(metrics, "flakekit_server_processes_running") == 1
         assert _metric(metrics, "flakekit_server_process_running", '{process="1"}') == 0
         assert _metric(metrics, "flakekit_server_process_restarts_total", '{process="1"}') >= 1
         assert _metric(metrics, "flakekit_server_ready", '{process="0"}') == 1
 
-        status, data = server.json("/api/v1/status")  # what the monitor page shows
+        data = ok_json(server, "/api/v1/status")  # what the monitor page shows
         sup = data["supervision"]
         assert not data["ready"] and sup["running"] == 1 and sup["restarts"] >= 1
         proc1 = sup["processes"][1]
