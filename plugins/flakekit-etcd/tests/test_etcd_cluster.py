@@ -20,6 +20,7 @@ from flakekit_etcd.membership import EtcdMembership
 
 from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
+from flakekit.cluster.store_contracts import lapse_wait_ns
 from flakekit.errors import NotOwnerError
 from flakekit.sql import schema
 from flakekit.sql.backends import BackendPool, BackendSettings
