@@ -30,6 +30,23 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.cli import (
         config_option,
     )
+    from flakekit.cluster.member_records import (
+        SAFETY_SHARE,
+        ClusterKeys,
+        check_join,
+        check_seen_epoch,
+        cluster_of,
+        decode_record,
+        encode_record,
+        held_by_error,
+        holder_token,
+        log_view_change,
+        member_of,
+        no_longer_ours,
+        safety_window_ns,
+        view_entries,
+        view_members,
+    )
     from flakekit.cluster.membership import (
         MAX_WEIGHT,
         JoinRequest,
@@ -184,6 +201,11 @@ _FROM = {
     "flakekit.assembly.context": ("BuildContext", "Part"),
     "flakekit.assembly.settings": ("PluginRef", "plugin_ref"),
     "flakekit.cli": ("config_option",),
+    "flakekit.cluster.member_records": (
+        "SAFETY_SHARE", "ClusterKeys", "check_join", "check_seen_epoch", "cluster_of",
+        "decode_record", "encode_record", "held_by_error", "holder_token", "log_view_change",
+        "member_of", "no_longer_ours", "safety_window_ns", "view_entries", "view_members"
+    ),
     "flakekit.cluster.membership": (
         "MAX_WEIGHT", "JoinRequest", "KeyClaim", "KeyFence", "KeyOwnerRecord", "MemberLease",
         "Membership", "check_key_segment", "proposed_members"
