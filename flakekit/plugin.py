@@ -99,6 +99,7 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         KvLeaseAllocator,
         KvOp,
         KvState,
+        KvStoreBase,
     )
     from flakekit.leases.lease import (
         LeaseRequest,
@@ -220,7 +221,9 @@ _FROM = {
         "SegmentUnavailableError", "TimeOverflowError", "UnknownKeyError", "UnknownNameError",
         "WaitTooLongError", "WorkerExhaustedError", "suggest"
     ),
-    "flakekit.leases.kv": ("KeyValueStore", "KvEntry", "KvLeaseAllocator", "KvOp", "KvState"),
+    "flakekit.leases.kv": (
+        "KeyValueStore", "KvEntry", "KvLeaseAllocator", "KvOp", "KvState", "KvStoreBase"
+    ),
     "flakekit.leases.lease": ("LeaseRequest", "WorkerLease", "WorkerRecord"),
     "flakekit.pluginhost.contracts": (
         "Allocation", "CountsWorkers", "Describes", "FixedWorker", "FormatsIds", "Generator",

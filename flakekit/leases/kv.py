@@ -79,7 +79,7 @@ from flakekit.values.clock import Clock
 from flakekit.values.events import Events
 from flakekit.values.timeunits import iso_utc
 
-__all__ = ["KeyValueStore", "KvEntry", "KvLeaseAllocator", "KvOp", "KvState"]
+__all__ = ["KeyValueStore", "KvEntry", "KvLeaseAllocator", "KvOp", "KvState", "KvStoreBase"]
 
 log = logging.getLogger("flakekit.kv")
 
@@ -213,6 +213,40 @@ class KeyValueStore(Protocol):
     def close(self) -> None:
         """End the session (safe from any thread, while a call is in flight)."""
 
+
+
+class KvStoreBase:
+    """What the :class:`KeyValueStore` implementations share: the one listener told of
+    every state change (:meth:`_tell`), the state and session kept in ``_state`` and
+    ``_session`` (a store that derives them from its client overrides the properties),
+    and ``put`` as a one-operation :meth:`commit`."""
+
+    _listener: Callable[[str], None] | None = None
+    _state: str = KvState.CLOSED
+    _session: int | None = None
+
+    def listen(self, callback: Callable[[str], None]) -> None:
+        self._listener = callback
+
+    def _tell(self, state: str) -> None:
+        if self._listener is not None:
+            self._listener(state)
+
+    @property
+    def session_id(self) -> int | None:
+        return self._session if self.state == KvState.CONNECTED else None
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def put(self, key: str, data: bytes, version: int,
+            timeout: float | None = None) -> int | None:
+        done = self.commit([KvOp.put(key, data, version)], timeout)
+        return None if done is None else done[0]
+
+    def commit(self, ops: Sequence[KvOp], timeout: float | None = None) -> list[int] | None:
+        raise NotImplementedError
 
 @attrs.frozen
 class _Record:

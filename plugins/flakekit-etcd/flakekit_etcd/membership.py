@@ -148,15 +148,14 @@ class EtcdMembership:
     _watch_gen: int = attrs.field(init=False, default=0)
     _closed: bool = attrs.field(init=False, default=False)
     _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
+    #: where ``root`` puts each cluster's members, roster and view
+    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
+        lambda self: fk.ClusterKeys(self.root), takes_self=True))
 
     # -- naming and keys -------------------------------------------------------------------
     @property
     def where(self) -> str:
         return f"etcd at {self.endpoints} ({self.root}/clusters)"
-
-    @property
-    def keys(self) -> fk.ClusterKeys:
-        return fk.ClusterKeys(self.root)
 
     @property
     def renew_interval(self) -> float:

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, LeaseLostError
+from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, KvStoreBase, LeaseLostError
 from flakekit_etcd import wire
 from flakekit_etcd.session import EtcdSession, session_for
 
@@ -39,7 +39,7 @@ __all__ = ["EtcdStore"]
 log = logging.getLogger("flakekit.etcd")
 
 
-class EtcdStore:
+class EtcdStore(KvStoreBase):
     """One allocator's view of the process's etcd lease: its listener, the claims it
     created (deleted on close while others keep the lease) and their watches."""
 
@@ -54,7 +54,6 @@ class EtcdStore:
         self.watching = watch
         self.session: EtcdSession = session_for(endpoints, ttl_s, connect_timeout_s,
                                                 username, password)
-        self._listener: Callable[[str], None] | None = None
         self._lease: int | None = None    # the lease this store attached to
         self._created: dict[str, int] = {}   # session keys this store created: revision
         self._watches: list[Callable[[], None]] = []
@@ -62,17 +61,14 @@ class EtcdStore:
 
     # -- session ---------------------------------------------------------------------------
     def _tell(self, state: str) -> None:
-        if self._listener is not None and (state != KvState.LOST or self._lease is not None):
-            self._listener(state)
+        if state != KvState.LOST or self._lease is not None:
+            super()._tell(state)
 
     def connect(self) -> None:
         if self.state == KvState.CONNECTED:
             return
         self.session.attach(self._tell)
         self._lease = self.session.lease
-
-    def listen(self, callback: Callable[[str], None]) -> None:
-        self._listener = callback
 
     @property
     def _mine(self) -> bool:
@@ -179,11 +175,6 @@ class EtcdStore:
             if key in wanted:
                 out[key] = self._entry(kv)
         return out
-
-    def put(self, key: str, data: bytes, version: int,
-            timeout: float | None = None) -> int | None:
-        done = self.commit([KvOp.put(key, data, version)], timeout)
-        return None if done is None else done[0]
 
     def commit(self, ops: Sequence[KvOp], timeout: float | None = None) -> list[int] | None:
         lease = self._lease

@@ -126,15 +126,14 @@ class ZkMembership:
     _watch_gen: int = attrs.field(init=False, default=0)
     _watch_seen: dict[str, int] = attrs.field(init=False, factory=dict)
     _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
+    #: where ``root`` puts each cluster's members, roster and view
+    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
+        lambda self: fk.ClusterKeys(self.root), takes_self=True))
 
     # -- naming and paths ------------------------------------------------------------------
     @property
     def where(self) -> str:
         return f"ZooKeeper at {self.hosts} ({self.root}/clusters)"
-
-    @property
-    def keys(self) -> fk.ClusterKeys:
-        return fk.ClusterKeys(self.root)
 
     @property
     def session_ms(self) -> int:

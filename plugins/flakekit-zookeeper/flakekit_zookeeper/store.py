@@ -10,7 +10,7 @@ or timeout is BackendError.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kazoo.client import KazooState
@@ -22,7 +22,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, LeaseLostError
+from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, KvStoreBase, LeaseLostError
 from flakekit_zookeeper.client import ZK_ERRORS, ZkConnection
 
 __all__ = ["ZkStore"]
@@ -36,7 +36,7 @@ def _entry(data: bytes, stat: Any) -> KvEntry:
     return KvEntry(data, stat.version, stat.mtime, stat.ephemeralOwner or None)
 
 
-class ZkStore:
+class ZkStore(KvStoreBase):
     """One kazoo client (made on :meth:`connect`, dropped on :meth:`close`)."""
 
     kind = "ZooKeeper"
@@ -48,7 +48,6 @@ class ZkStore:
         self.session_timeout_s = session_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.conn: ZkConnection | None = None
-        self._listener: Callable[[str], None] | None = None
 
     # -- session ---------------------------------------------------------------------------
     def connect(self) -> None:
@@ -67,11 +66,8 @@ class ZkStore:
 
     def _on_state(self, state: str) -> None:
         kind = _STATES.get(state)
-        if kind is not None and self._listener is not None:
-            self._listener(kind)
-
-    def listen(self, callback: Callable[[str], None]) -> None:
-        self._listener = callback
+        if kind is not None:
+            self._tell(kind)
 
     @property
     def session_id(self) -> int | None:
