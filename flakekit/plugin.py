@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.cluster.member_records import (
         SAFETY_SHARE,
         ClusterKeys,
+        as_int,
         check_join,
         check_seen_epoch,
         cluster_of,
@@ -182,6 +183,11 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.values.layout import (
         BitLayout,
     )
+    from flakekit.values.lease_settings import (
+        check_path_name,
+        check_safety_window,
+        safety_window_field,
+    )
     from flakekit.values.stats import (
         LATENCY_BUCKETS_S,
         BufferStats,
@@ -203,7 +209,7 @@ _FROM = {
     "flakekit.assembly.settings": ("PluginRef", "plugin_ref"),
     "flakekit.cli": ("config_option",),
     "flakekit.cluster.member_records": (
-        "SAFETY_SHARE", "ClusterKeys", "check_join", "check_seen_epoch", "cluster_of",
+        "SAFETY_SHARE", "ClusterKeys", "as_int", "check_join", "check_seen_epoch", "cluster_of",
         "decode_record", "encode_record", "held_by_error", "holder_token", "log_view_change",
         "member_of", "no_longer_ours", "safety_window_ns", "view_entries", "view_members"
     ),
@@ -247,6 +253,9 @@ _FROM = {
     "flakekit.values.formats": ("ENCODINGS", "IdFormat"),
     "flakekit.values.keys": ("KEY_RE", "KEY_RULE", "key_problem", "root_field"),
     "flakekit.values.layout": ("BitLayout",),
+    "flakekit.values.lease_settings": (
+        "check_path_name", "check_safety_window", "safety_window_field"
+    ),
     "flakekit.values.stats": (
         "LATENCY_BUCKETS_S", "BufferStats", "LeaseStats", "SegmentStats", "SnowflakeStats"
     ),

@@ -66,7 +66,8 @@ def decode_record(data: bytes | None) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
-def _int(value: Any, default: int) -> int:
+def as_int(value: Any, default: int = 0) -> int:
+    """``int(value)``, or ``default`` for a value a record should not hold."""
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -75,7 +76,7 @@ def _int(value: Any, default: int) -> int:
 
 def member_of(node: str, raw: dict[str, Any]) -> Member:
     """The member a record describes (advertise ``""`` and weight 1 when unreadable)."""
-    return Member(node, str(raw.get("advertise", "")), _int(raw.get("weight"), 1))
+    return Member(node, str(raw.get("advertise", "")), as_int(raw.get("weight"), 1))
 
 
 def view_entries(members: Iterable[Member]) -> list[dict[str, Any]]:

@@ -69,7 +69,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, Self
 
 import attrs
 
@@ -315,6 +315,8 @@ class KvLeaseAllocator:
     path: str = "allocator"
     host: str = ""
     port: int = 0
+    #: the plugin's settings it was built from (None: built directly)
+    settings: Any = None
     lost: str | None = None
     suspended: int = 0
     _session: int | None = None
@@ -328,6 +330,17 @@ class KvLeaseAllocator:
     _lock: threading.RLock = attrs.Factory(threading.RLock)
     #: stores without a clock: (id, record version) -> monotonic ns first seen free
     _seen_free: dict[tuple[int, int], int] = attrs.Factory(dict)
+
+    @classmethod
+    def from_settings(cls, store: KeyValueStore, base: str, settings: Any, ctx: Any,
+                      **extra: Any) -> Self:
+        """Built from a plugin's settings (its ``safety_window``, ``quarantine`` and
+        ``connect_timeout`` durations) and the factory's build context (clock, events,
+        generator, path, host and port); ``extra``: the subclass's own fields."""
+        return cls(store=store, base=base, clock=ctx.clock, events=ctx.events,
+                   safety_window_ns=settings.safety_window, quarantine_ns=settings.quarantine,
+                   connect_timeout_ns=settings.connect_timeout, generator=ctx.generator,
+                   path=ctx.path, host=ctx.host, port=ctx.port, settings=settings, **extra)
 
     def __attrs_post_init__(self) -> None:
         self.store.listen(self._on_state)

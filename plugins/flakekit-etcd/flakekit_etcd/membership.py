@@ -78,13 +78,6 @@ _RACES = 8
 _REVOKE_TIMEOUT_S = 1.0
 
 
-def _int(value: Any, default: int = 0) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
 def _load(kv: dict[str, Any] | None) -> dict[str, Any]:
     """The JSON record of a key read from etcd (``{}``: none, or unreadable)."""
     return {} if kv is None else fk.decode_record(wire.unb64(kv.get("value")))
@@ -140,6 +133,9 @@ class EtcdMembership:
     username: str | None = None
     password: str | None = None
     watch: bool = True
+    #: where ``root`` puts each cluster's members, roster and view (not an argument)
+    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
+        lambda self: fk.ClusterKeys(self.root), takes_self=True))
     _session: EtcdSession | None = attrs.field(init=False, default=None)
     _held: dict[str, _Held] = attrs.field(init=False, factory=dict)
     _granted_s: float = attrs.field(init=False, default=float(DEFAULT_TTL_S))
@@ -148,9 +144,6 @@ class EtcdMembership:
     _watch_gen: int = attrs.field(init=False, default=0)
     _closed: bool = attrs.field(init=False, default=False)
     _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
-    #: where ``root`` puts each cluster's members, roster and view
-    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
-        lambda self: fk.ClusterKeys(self.root), takes_self=True))
 
     # -- naming and keys -------------------------------------------------------------------
     @property
@@ -234,8 +227,8 @@ class EtcdMembership:
             grant = self._call("lease/grant", {"TTL": ask, "ID": 0})
         except (fk.BackendError, fk.LeaseLostError) as exc:
             raise self._error(action, exc) from None
-        lease_id = _int(grant.get("ID"))
-        granted = _int(grant.get("TTL"), ask)
+        lease_id = fk.as_int(grant.get("ID"))
+        granted = fk.as_int(grant.get("TTL"), ask)
         if not lease_id or granted <= 0:
             raise fk.BackendError(f"cluster membership in {self.where}: {action} failed: the "
                                   f"lease grant answered {grant!r}")
@@ -265,8 +258,8 @@ class EtcdMembership:
         if not body.get("succeeded"):
             self._revoke(lease_id)
             raise self._refusal(cluster, member.node, wire.kv_at(body, 0))
-        epoch = _int(body.get("header", {}).get("revision"))
-        view_epoch = _int(_load(wire.kv_at(body, 2)).get("epoch"))
+        epoch = fk.as_int(body.get("header", {}).get("revision"))
+        view_epoch = fk.as_int(_load(wire.kv_at(body, 2)).get("epoch"))
         with self._lock:
             self._held[token] = _Held(lease_id, granted)
             self._granted_s = float(granted)
@@ -278,12 +271,12 @@ class EtcdMembership:
 
     def _refusal(self, cluster: str, node: str, kv: dict[str, Any] | None) -> fk.BackendError:
         raw = _load(kv)
-        lease = _int((kv or {}).get("lease"))
+        lease = fk.as_int((kv or {}).get("lease"))
         ttl = self._ttl_left(lease)
         left = f", lease ends in {ttl} s unless renewed" if ttl is not None and ttl >= 0 else ""
         return fk.held_by_error(
             cluster, node, raw.get("holder", "?"),
-            f"incarnation {_int((kv or {}).get('create_revision'))}, etcd lease "
+            f"incarnation {fk.as_int((kv or {}).get('create_revision'))}, etcd lease "
             f"0x{lease:x}{left}", self.where)
 
     def renew(self, lease: fk.MemberLease, mark: int) -> fk.MemberLease:
@@ -303,7 +296,7 @@ class EtcdMembership:
             body = {}
         except fk.BackendError as exc:
             raise self._error(f"renewing member {node!r}", exc) from None
-        ttl = _int((body.get("result") or {}).get("TTL"), -1)
+        ttl = fk.as_int((body.get("result") or {}).get("TTL"), -1)
         if ttl <= 0:
             self._forget(lease.holder)
             raise fk.LeaseLostError(
@@ -319,7 +312,7 @@ class EtcdMembership:
                 # on its own clock, from its first read of it); the view is read in the
                 # same transaction, so a write that lands late never extends past a view
                 # it did not read. Fenced on the value read (set_draining may write too)
-                wrote = self._txn([*ours, wire.modified(mkey, _int(kv.get("mod_revision")))],
+                wrote = self._txn([*ours, wire.modified(mkey, fk.as_int(kv.get("mod_revision")))],
                                   [wire.put(mkey, wire.unb64(kv.get("value")),
                                             lease=held.lease_id),
                                    wire.get(self.keys.view(cluster))], [], timeout)
@@ -335,9 +328,9 @@ class EtcdMembership:
             kv = wire.kv_at(body, 0)
             now = ("its key is gone" if kv is None else
                    f"the node is now held by {_load(kv).get('holder', '?')} (incarnation "
-                   f"{_int(kv.get('create_revision'))})")
+                   f"{fk.as_int(kv.get('create_revision'))})")
             raise fk.no_longer_ours(lease, now)
-        view_epoch = _int(_load(wire.kv_at(body, 0)).get("epoch"))
+        view_epoch = fk.as_int(_load(wire.kv_at(body, 0)).get("epoch"))
         ttl_ns = min(ttl, held.ttl_s) * NS
         return attrs.evolve(lease, view_epoch=view_epoch,
                             deadline_ns=send + ttl_ns - self._safety_ns(held.ttl_s * NS))
@@ -418,8 +411,8 @@ class EtcdMembership:
             kv = live.get(node)
             if kv is not None:
                 raw = _load(kv)
-                lease_ms = _int(raw.get("lease_ms"))
-                lease = _int(kv.get("lease"))
+                lease_ms = fk.as_int(raw.get("lease_ms"))
+                lease = fk.as_int(kv.get("lease"))
                 if lease not in ttls:
                     ttls[lease] = self._ttl_left(lease)
                 ttl = ttls[lease]
@@ -429,21 +422,21 @@ class EtcdMembership:
                     state = "draining" if raw.get("state") == "draining" else "alive"
                     expires = lease_ms if ttl is None else ttl * 1000
                 out.append(fk.MemberInfo(fk.member_of(node, raw), state, str(raw.get("holder", "")),
-                                         _int(kv.get("create_revision")), expires, lease_ms,
-                                         version=_int(kv.get("version")),
+                                         fk.as_int(kv.get("create_revision")), expires, lease_ms,
+                                         version=fk.as_int(kv.get("version")),
                                          config_digest=str(raw.get("config_digest", ""))))
                 continue
             entry = roster[node]
             raw = _load(entry)
             left = raw.get("state") == "left"
-            incarnation = _int(raw.get("incarnation")) or _int(entry.get("mod_revision"))
+            incarnation = fk.as_int(raw.get("incarnation")) or fk.as_int(entry.get("mod_revision"))
             # version 0: no renewal can follow (its member key is gone, and every renewal
             # is conditioned on it), and each one wrote that key before it was deleted,
             # so the holder's deadline is at most serve_share after a first read of this
             # (a claimer's fallback when etcd deleted the key before its proof completed)
             out.append(fk.MemberInfo(fk.member_of(node, raw), "left" if left else "lapsed",
                                      str(raw.get("holder", "")), incarnation, 0,
-                                     _int(raw.get("lease_ms")), version=0))
+                                     fk.as_int(raw.get("lease_ms")), version=0))
         return out
 
     def _ttl_left(self, lease: int) -> int | None:
@@ -458,7 +451,7 @@ class EtcdMembership:
         except fk.BackendError as exc:
             log.debug("time-to-live of etcd lease 0x%x: %s", lease, exc)
             return None
-        return _int(body.get("TTL"), -1)
+        return fk.as_int(body.get("TTL"), -1)
 
     def view(self, cluster: str) -> fk.View:
         """The stored view; ``View(cluster, 0, ())`` before the first proposal."""
@@ -474,8 +467,8 @@ class EtcdMembership:
         if kv is None:
             return fk.View(cluster, 0, ())
         raw = _load(kv)
-        return fk.View(cluster, _int(raw.get("epoch")), fk.view_members(raw.get("members")),
-                       _int(raw.get("changed_at_ms")))
+        return fk.View(cluster, fk.as_int(raw.get("epoch")), fk.view_members(raw.get("members")),
+                       fk.as_int(raw.get("changed_at_ms")))
 
     def propose(self, cluster: str, seen_epoch: int,
                 members: Sequence[fk.Member]) -> fk.View | None:
@@ -496,10 +489,10 @@ class EtcdMembership:
                 compare, before_ms = [wire.created(key, 0)], 0
             else:
                 raw = _load(current)
-                if current is None or _int(raw.get("epoch")) != seen_epoch:
+                if current is None or fk.as_int(raw.get("epoch")) != seen_epoch:
                     return None
-                compare = [wire.modified(key, _int(current.get("mod_revision")))]
-                before_ms = _int(raw.get("changed_at_ms"))
+                compare = [wire.modified(key, fk.as_int(current.get("mod_revision")))]
+                before_ms = fk.as_int(raw.get("changed_at_ms"))
             # etcd keeps no time: the proposer's wall clock, never before the last view's
             changed = max(self.clock.time_ns() // MS, before_ms)
             data = fk.encode_record(epoch=seen_epoch + 1, changed_at_ms=changed,
@@ -527,8 +520,8 @@ class EtcdMembership:
                 kv = kvs[0]
                 raw = _load(kv)
                 raw["state"] = "draining" if draining else "alive"
-                body = self._txn([wire.modified(key, _int(kv.get("mod_revision"))),
-                                  wire.created(key, _int(kv.get("create_revision")))],
+                body = self._txn([wire.modified(key, fk.as_int(kv.get("mod_revision"))),
+                                  wire.created(key, fk.as_int(kv.get("create_revision")))],
                                  [wire.put(key, fk.encode_record(**raw), keep_lease=True)])
                 if body.get("succeeded"):
                     return True

@@ -118,6 +118,9 @@ class ZkMembership:
     session_timeout_s: float | None = None
     connect_timeout_s: float = 5.0
     safety_window_ns: int | None = None
+    #: where ``root`` puts each cluster's members, roster and view (not an argument)
+    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
+        lambda self: fk.ClusterKeys(self.root), takes_self=True))
     _conn: ZkConnection | None = attrs.field(init=False, default=None)
     _closed: bool = attrs.field(init=False, default=False)
     _held: set[tuple[str, str]] = attrs.field(init=False, factory=set)
@@ -126,9 +129,6 @@ class ZkMembership:
     _watch_gen: int = attrs.field(init=False, default=0)
     _watch_seen: dict[str, int] = attrs.field(init=False, factory=dict)
     _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
-    #: where ``root`` puts each cluster's members, roster and view
-    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
-        lambda self: fk.ClusterKeys(self.root), takes_self=True))
 
     # -- naming and paths ------------------------------------------------------------------
     @property
