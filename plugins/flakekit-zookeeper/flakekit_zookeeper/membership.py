@@ -75,6 +75,15 @@ _RACES = 8
 _Watch = tuple[int, Callable[[], None], Callable[[WatchedEvent], None]]
 
 
+def _write_roster(tx: Any, path: str, entry: tuple[bytes, ZnodeStat] | None,
+                  data: bytes) -> None:
+    """Add the roster entry's write to ``tx``: created, or set at the version read."""
+    if entry is None:
+        tx.create(path, data)
+    else:
+        tx.set_data(path, data, version=entry[1].version)
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join((repr(exc) if str(exc) else type(exc).__name__).split())
 
@@ -281,10 +290,7 @@ class ZkMembership:
             session = conn.session_id
             tx = conn.client.transaction()
             tx.create(mpath, data, ephemeral=True)
-            if entry is None:
-                tx.create(rpath, roster)
-            else:
-                tx.set_data(rpath, roster, version=entry[1].version)
+            _write_roster(tx, rpath, entry, roster)
             t0 = self.clock.monotonic_ns()   # before the contact that proves the session
             results = conn.commit(tx)
             if any(isinstance(r, Exception) for r in results):
@@ -402,10 +408,7 @@ class ZkMembership:
                                         incarnation=lease.epoch, state="left")
                 tx = conn.client.transaction()
                 tx.delete(mpath, version=live[1].version)
-                if entry is None:
-                    tx.create(rpath, left)
-                else:
-                    tx.set_data(rpath, left, version=entry[1].version)
+                _write_roster(tx, rpath, entry, left)
                 if not any(isinstance(r, Exception) for r in conn.commit(tx)):
                     log.info("left cluster %s as %s (incarnation %d)", cluster, node,
                              lease.epoch)
