@@ -30,6 +30,24 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.cli import (
         config_option,
     )
+    from flakekit.cluster.member_records import (
+        SAFETY_SHARE,
+        ClusterKeys,
+        as_int,
+        check_join,
+        check_seen_epoch,
+        cluster_of,
+        decode_record,
+        encode_record,
+        held_by_error,
+        holder_token,
+        log_view_change,
+        member_of,
+        no_longer_ours,
+        safety_window_ns,
+        view_entries,
+        view_members,
+    )
     from flakekit.cluster.settings import (
         ClusterSettings,
     )
@@ -82,6 +100,7 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         KvLeaseAllocator,
         KvOp,
         KvState,
+        KvStoreBase,
     )
     from flakekit.leases.lease import (
         LeaseRequest,
@@ -165,6 +184,11 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.values.layout import (
         BitLayout,
     )
+    from flakekit.values.lease_settings import (
+        check_path_name,
+        check_safety_window,
+        safety_window_field,
+    )
     from flakekit.values.stats import (
         LATENCY_BUCKETS_S,
         BufferStats,
@@ -185,6 +209,11 @@ _FROM = {
     "flakekit.assembly.context": ("BuildContext", "Part"),
     "flakekit.assembly.settings": ("PluginRef", "plugin_ref"),
     "flakekit.cli": ("config_option",),
+    "flakekit.cluster.member_records": (
+        "SAFETY_SHARE", "ClusterKeys", "as_int", "check_join", "check_seen_epoch", "cluster_of",
+        "decode_record", "encode_record", "held_by_error", "holder_token", "log_view_change",
+        "member_of", "no_longer_ours", "safety_window_ns", "view_entries", "view_members"
+    ),
     "flakekit.cluster.store_contracts": (
         "MAX_WEIGHT", "JoinRequest", "KeyClaim", "KeyFence", "KeyOwnerRecord", "MemberLease",
         "Membership", "check_key_segment", "proposed_members"
@@ -199,7 +228,9 @@ _FROM = {
         "SegmentUnavailableError", "TimeOverflowError", "UnknownKeyError", "UnknownNameError",
         "WaitTooLongError", "WorkerExhaustedError", "suggest"
     ),
-    "flakekit.leases.kv": ("KeyValueStore", "KvEntry", "KvLeaseAllocator", "KvOp", "KvState"),
+    "flakekit.leases.kv": (
+        "KeyValueStore", "KvEntry", "KvLeaseAllocator", "KvOp", "KvState", "KvStoreBase"
+    ),
     "flakekit.leases.lease": ("LeaseRequest", "WorkerLease", "WorkerRecord"),
     "flakekit.pluginhost.contracts": (
         "Allocation", "CountsWorkers", "Describes", "FixedWorker", "FormatsIds", "Generator",
@@ -224,6 +255,9 @@ _FROM = {
     "flakekit.values.formats": ("ENCODINGS", "IdFormat"),
     "flakekit.values.keys": ("KEY_RE", "KEY_RULE", "key_problem", "root_field"),
     "flakekit.values.layout": ("BitLayout",),
+    "flakekit.values.lease_settings": (
+        "check_path_name", "check_safety_window", "safety_window_field"
+    ),
     "flakekit.values.stats": (
         "LATENCY_BUCKETS_S", "BufferStats", "LeaseStats", "SegmentStats", "SnowflakeStats"
     ),

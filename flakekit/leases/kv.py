@@ -69,7 +69,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, Self
 
 import attrs
 
@@ -79,7 +79,7 @@ from flakekit.values.clock import Clock
 from flakekit.values.events import Events
 from flakekit.values.timeunits import iso_utc
 
-__all__ = ["KeyValueStore", "KvEntry", "KvLeaseAllocator", "KvOp", "KvState"]
+__all__ = ["KeyValueStore", "KvEntry", "KvLeaseAllocator", "KvOp", "KvState", "KvStoreBase"]
 
 log = logging.getLogger("flakekit.kv")
 
@@ -214,6 +214,40 @@ class KeyValueStore(Protocol):
         """End the session (safe from any thread, while a call is in flight)."""
 
 
+
+class KvStoreBase:
+    """What the :class:`KeyValueStore` implementations share: the one listener told of
+    every state change (:meth:`_tell`), the state and session kept in ``_state`` and
+    ``_session`` (a store that derives them from its client overrides the properties),
+    and ``put`` as a one-operation :meth:`commit`."""
+
+    _listener: Callable[[str], None] | None = None
+    _state: str = KvState.CLOSED
+    _session: int | None = None
+
+    def listen(self, callback: Callable[[str], None]) -> None:
+        self._listener = callback
+
+    def _tell(self, state: str) -> None:
+        if self._listener is not None:
+            self._listener(state)
+
+    @property
+    def session_id(self) -> int | None:
+        return self._session if self.state == KvState.CONNECTED else None
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def put(self, key: str, data: bytes, version: int,
+            timeout: float | None = None) -> int | None:
+        done = self.commit([KvOp.put(key, data, version)], timeout)
+        return None if done is None else done[0]
+
+    def commit(self, ops: Sequence[KvOp], timeout: float | None = None) -> list[int] | None:
+        raise NotImplementedError
+
 @attrs.frozen
 class _Record:
     """A ``workers/{id}`` record."""
@@ -281,6 +315,8 @@ class KvLeaseAllocator:
     path: str = "allocator"
     host: str = ""
     port: int = 0
+    #: the plugin's settings it was built from (None: built directly)
+    settings: Any = None
     lost: str | None = None
     suspended: int = 0
     _session: int | None = None
@@ -294,6 +330,17 @@ class KvLeaseAllocator:
     _lock: threading.RLock = attrs.Factory(threading.RLock)
     #: stores without a clock: (id, record version) -> monotonic ns first seen free
     _seen_free: dict[tuple[int, int], int] = attrs.Factory(dict)
+
+    @classmethod
+    def from_settings(cls, store: KeyValueStore, base: str, settings: Any, ctx: Any,
+                      **extra: Any) -> Self:
+        """Built from a plugin's settings (its ``safety_window``, ``quarantine`` and
+        ``connect_timeout`` durations) and the factory's build context (clock, events,
+        generator, path, host and port); ``extra``: the subclass's own fields."""
+        return cls(store=store, base=base, clock=ctx.clock, events=ctx.events,
+                   safety_window_ns=settings.safety_window, quarantine_ns=settings.quarantine,
+                   connect_timeout_ns=settings.connect_timeout, generator=ctx.generator,
+                   path=ctx.path, host=ctx.host, port=ctx.port, settings=settings, **extra)
 
     def __attrs_post_init__(self) -> None:
         self.store.listen(self._on_state)

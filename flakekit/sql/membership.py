@@ -43,10 +43,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,13 +53,24 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from flakekit.cluster.member_records import (
+    SAFETY_SHARE,
+    check_seen_epoch,
+    cluster_of,
+    held_by_error,
+    holder_token,
+    log_view_change,
+    no_longer_ours,
+    safety_window_ns,
+    view_entries,
+)
 from flakekit.cluster.store_contracts import (
     JoinRequest,
     MemberLease,
     lapse_wait_ns,
     proposed_members,
 )
-from flakekit.errors import BackendError, LeaseLostError, SchemaError
+from flakekit.errors import BackendError
 from flakekit.sql import failover
 from flakekit.sql.backends import describe_engine
 from flakekit.sql.dbclock import (
@@ -74,10 +83,10 @@ from flakekit.sql.dbclock import (
     retry_kind,
     retry_pause,
 )
-from flakekit.sql.schema import CLUSTER_COMPONENT, check_schema, cluster_view, upgrade_schema
+from flakekit.sql.schema import CLUSTER_COMPONENT, cluster_view
 from flakekit.sql.schema import members as members_table
 from flakekit.sql.transactions import write_transaction
-from flakekit.sql.workers import LOCK_RETRY_S
+from flakekit.sql.workers import LOCK_RETRY_S, ensure_component
 from flakekit.values.clock import Clock
 from flakekit.values.cluster import Member, MemberInfo, View
 from flakekit.values.events import NO_EVENTS, Events
@@ -88,10 +97,6 @@ log = logging.getLogger("flakekit.cluster.sql")
 
 NS = 1_000_000_000
 MS = 1_000_000
-#: share of the lease kept as safety window when none is configured, and the least one
-#: configured: a claimer counts on every holder stopping ``(1 - SAFETY_SHARE) * lease``
-#: after the send of the renewal it read (``serve_share``)
-SAFETY_SHARE = 0.2
 #: the column sizes of flakekit_members (checked before any SQL runs)
 _LIMITS = {"cluster": 64, "node": 128, "advertise": 255}
 #: how often a node reads the view row (one primary-key read) between renewals
@@ -124,8 +129,7 @@ def _check_digest(value: object) -> str:
 def _encode(view_members: Sequence[Member]) -> str:
     """The view's members as stored: JSON, sorted by node, one entry per node."""
     ordered = proposed_members(view_members, _check_text)
-    return json.dumps([{"node": m.node, "advertise": m.advertise, "weight": m.weight}
-                       for m in ordered], separators=(",", ":"))
+    return json.dumps(view_entries(ordered), separators=(",", ":"))
 
 
 def _decode(text_: str) -> tuple[Member, ...]:
@@ -189,10 +193,7 @@ class SqlMembership:
         return self._lease_s / 3
 
     def _safety_ns(self, lease_ns: int) -> int:
-        least = -(-lease_ns * round(SAFETY_SHARE * 100) // 100)   # ceil: never below it
-        if self.safety_window_ns is not None:
-            return max(self.safety_window_ns, least)
-        return least
+        return safety_window_ns(lease_ns, self.safety_window_ns)
 
     def _error(self, action: str, exc: BaseException) -> BackendError:
         return BackendError(f"cluster membership in {self.where}: {action} failed: "
@@ -201,15 +202,9 @@ class SqlMembership:
     # -- schema ----------------------------------------------------------------------------
     def ensure_schema(self) -> None:
         """Check (and with ``create_schema``, create) the tables once."""
-        if self._schema_ok:
-            return
-        try:
-            check_schema(self.engine, CLUSTER_COMPONENT)
-        except SchemaError:
-            if not self.create_schema:
-                raise
-            upgrade_schema(self.engine, CLUSTER_COMPONENT)
-        self._schema_ok = True
+        if not self._schema_ok:
+            ensure_component(self.engine, CLUSTER_COMPONENT, self.create_schema)
+            self._schema_ok = True
 
     # -- lease source half -----------------------------------------------------------------
     def acquire(self, request: JoinRequest) -> MemberLease:
@@ -231,7 +226,7 @@ class SqlMembership:
             self.ensure_schema()
         except SQLAlchemyError as exc:
             raise self._error("checking the schema", exc) from None
-        token = f"{os.uname().nodename}/pid{os.getpid()}/{uuid.uuid4().hex[:12]}"
+        token = holder_token()
         digest = _check_digest(request.config_digest)
         detect = self._detect(cluster)
         give_up = time.monotonic() + self.lock_retry_s
@@ -346,12 +341,9 @@ class SqlMembership:
         age_ms = _ms_between(row["now"], row["last_seen"])
         if row["state"] != "left" and (age_ms is None or age_ms < row["lease_ms"]):
             left = "?" if age_ms is None else f"{(row['lease_ms'] - age_ms) / 1000:.1f}"
-            raise BackendError(
-                f"node {member.node!r} of cluster {cluster!r} is held by a live process "
-                f"({row['holder']}, incarnation {row['incarnation']}, lease ends in {left} "
-                f"s on the database clock) in {self.where}; stop it, or give this process "
-                "another node id"
-            )
+            raise held_by_error(cluster, member.node, row["holder"],
+                                f"incarnation {row['incarnation']}, lease ends in {left} s "
+                                "on the database clock", self.where)
         conn.execute(update(members_table).where(
             _m.cluster == cluster, _m.node == member.node,
             _m.incarnation == row["incarnation"],
@@ -373,7 +365,7 @@ class SqlMembership:
     def renew(self, lease: MemberLease, mark: int) -> MemberLease:
         """Fenced UPDATE of ``last_seen`` plus a re-read of the view epoch (one
         transaction); LeaseLostError when the row has another holder or incarnation."""
-        cluster = self._cluster_of(lease)
+        cluster = cluster_of(lease)
         send = self.clock.monotonic_ns()
         detect = self._detect(cluster)
         change, ends, quarantine_ns, reasserted = None, None, 0, ""
@@ -408,9 +400,7 @@ class SqlMembership:
             held = ("the row is gone" if now is None else
                     f"the row is now {now[2]} with holder {now[0]}, incarnation {now[1]}")
             after = " after a database fail-over" if ends is not None else ""
-            raise LeaseLostError(
-                f"member {lease.member.node!r} of cluster {cluster!r} is no longer ours "
-                f"(we held incarnation {lease.epoch} as {lease.holder}); {held}{after}")
+            raise no_longer_ours(lease, f"{held}{after}")
         lease_ns = round(lease.ttl * NS)
         return attrs.evolve(lease, view_epoch=view_epoch, deadline_ns=lease_deadline_ns(
             send, lease_ns, self._safety_ns(lease_ns)))
@@ -418,7 +408,7 @@ class SqlMembership:
     def release(self, lease: MemberLease, mark: int) -> None:
         """Leave: state ``left`` (fenced by holder and incarnation); a no-op if the row is
         not ours any more."""
-        cluster = self._cluster_of(lease)
+        cluster = cluster_of(lease)
         try:
             with self.engine.begin() as conn:
                 done = conn.execute(update(members_table).where(*self._ours(cluster, lease))
@@ -428,13 +418,6 @@ class SqlMembership:
         if not done.rowcount:
             log.warning("member %s of %s was no longer ours when leaving", lease.member.node,
                         cluster)
-
-    @staticmethod
-    def _cluster_of(lease: MemberLease) -> str:
-        if not lease.cluster:
-            raise ValueError(f"member {lease.member.node!r}: the lease names no cluster "
-                             "(it was not made by a join)")
-        return lease.cluster
 
     def close(self) -> None:
         """Nothing to free: the engine belongs to the backend pool."""
@@ -489,10 +472,7 @@ class SqlMembership:
         """Compare-and-set: write ``seen_epoch + 1`` only if the stored epoch is still
         ``seen_epoch``; the new view, or None when someone else moved it first."""
         _check_text("cluster", cluster)
-        if isinstance(seen_epoch, bool) or not isinstance(seen_epoch, int) or not (
-                0 <= seen_epoch < 2**63 - 1):
-            raise ValueError(f"seen_epoch must be an integer from 0 to 2**63 - 2, got "
-                             f"{seen_epoch!r}")
+        check_seen_epoch(seen_epoch)
         encoded = _encode(members)
         change, ends, quarantine_ns = None, None, 0
         try:
@@ -530,8 +510,7 @@ class SqlMembership:
                         "database fail-over was detected in %s", cluster,
                         f"{ends:%Y-%m-%dT%H:%M:%S}Z", self.where)
             return None
-        log.info("cluster %s: view epoch %d -> %d (%s)", cluster, seen_epoch, view.epoch,
-                 ", ".join(view.nodes()) or "no members")
+        log_view_change(log, cluster, seen_epoch, view)
         return view
 
     def set_draining(self, cluster: str, node: str, draining: bool) -> bool:

@@ -201,6 +201,17 @@ def _is_retryable(exc: SQLAlchemyError) -> bool:
     return retry_kind(exc) is not None
 
 
+def ensure_component(engine: Engine, component: str, create: bool) -> None:
+    """Check ``component``'s tables; when they are missing or old and ``create`` is
+    set, create and upgrade them instead (a newer schema than this code still fails)."""
+    try:
+        check_schema(engine, component)
+    except SchemaError:
+        if not create:
+            raise
+        upgrade_schema(engine, component)
+
+
 # -- the allocator --------------------------------------------------------------------------
 @attrs.define
 class SqlWorkerAllocator:
@@ -283,15 +294,9 @@ class SqlWorkerAllocator:
     # -- schema -------------------------------------------------------------------------------
     def ensure_schema(self) -> None:
         """Create and upgrade (if allowed) and check the tables once per allocator."""
-        if self._schema_ok:
-            return
-        try:
-            check_schema(self.engine, WORKERS_COMPONENT)
-        except SchemaError:
-            if not self.create_schema:
-                raise
-            upgrade_schema(self.engine, WORKERS_COMPONENT)  # a newer schema still fails
-        self._schema_ok = True
+        if not self._schema_ok:
+            ensure_component(self.engine, WORKERS_COMPONENT, self.create_schema)
+            self._schema_ok = True
 
     # -- acquire ------------------------------------------------------------------------------
     def acquire(self, request: LeaseRequest) -> WorkerLease:

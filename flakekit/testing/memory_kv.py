@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from flakekit.errors import BackendError, LeaseLostError
-from flakekit.leases.kv import KvEntry, KvOp, KvState
+from flakekit.leases.kv import KvEntry, KvOp, KvState, KvStoreBase
 
 __all__ = ["MemoryKv", "MemoryKvClient"]
 
@@ -146,7 +146,7 @@ class MemoryKv:
             return out
 
 
-class MemoryKvClient:
+class MemoryKvClient(KvStoreBase):
     """One process's :class:`~flakekit.leases.kv.KeyValueStore` on a :class:`MemoryKv`."""
 
     kind = "MemoryKv"
@@ -155,10 +155,7 @@ class MemoryKvClient:
         self.server, self.ttl_ms = server, ttl_ms
         self.where = "MemoryKv"
         self.epoch_is_revision = server.style == "etcd"
-        self.sid: int | None = None
         self.granted_ms = ttl_ms
-        self._state = KvState.CLOSED
-        self._listener: Callable[[str], None] | None = None
         #: called inside every request (after it was sent, before it answers): a test
         #: advances the clock here to model a slow reply
         self.during_call: Callable[[], None] | None = None
@@ -181,13 +178,12 @@ class MemoryKvClient:
 
     def _ended(self, sid: int) -> None:
         if sid == self.sid and self._state != KvState.CLOSED:
-            self.sid = None
+            self._session = None
             self._set(KvState.LOST)
 
     def _set(self, state: str) -> None:
         self._state = state
-        if self._listener is not None:
-            self._listener(state)
+        self._tell(state)
 
     # -- the interface -------------------------------------------------------------------
     def connect(self) -> None:
@@ -195,23 +191,18 @@ class MemoryKvClient:
             return
         if self._state == KvState.SUSPENDED:
             raise BackendError("MemoryKv: suspended; not reconnected")
-        self.sid, self.granted_ms = self.server.open_session(self.ttl_ms)
+        self._session, self.granted_ms = self.server.open_session(self.ttl_ms)
         self._set(KvState.CONNECTED)
 
-    def listen(self, callback: Callable[[str], None]) -> None:
-        self._listener = callback
-
     @property
-    def session_id(self) -> int | None:
-        return self.sid if self._state == KvState.CONNECTED else None
+    def sid(self) -> int | None:
+        """The server's number for this client's session, connected or not (tests end
+        it with :meth:`MemoryKv.expire`)."""
+        return self._session
 
     @property
     def session_ms(self) -> int:
         return self.granted_ms
-
-    @property
-    def state(self) -> str:
-        return self._state
 
     def _enter(self, *, renews: bool) -> int:
         self.calls += 1
@@ -263,18 +254,12 @@ class MemoryKvClient:
         found = {k: self.server.entry(k) for k in keys}
         return {k: e for k, e in found.items() if e is not None}
 
-    def put(self, key: str, data: bytes, version: int,
-            timeout: float | None = None) -> int | None:
-        sid = self._enter(renews=self._zk)
-        done = self.server.apply([KvOp.put(key, data, version)], sid)
-        return None if done is None else done[0]
-
     def commit(self, ops: Sequence[KvOp], timeout: float | None = None) -> list[int] | None:
         sid = self._enter(renews=self._zk)
         return self.server.apply(ops, sid)
 
     def close(self) -> None:
-        sid, self.sid = self.sid, None
+        sid, self._session = self._session, None
         self._state = KvState.CLOSED
         if sid is not None:
             self.server.close_session(sid)

@@ -26,14 +26,7 @@ from typing import TYPE_CHECKING
 import attrs
 from attrs.validators import instance_of, optional
 
-from flakekit.plugin import (
-    ConfigError,
-    Duration,
-    FieldError,
-    duration_field,
-    registers,
-    root_field,
-)
+import flakekit.plugin as fk
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
     from flakekit.plugin import BuildContext, WorkerAllocator
@@ -53,15 +46,12 @@ MIN_TTL_NS = 2_000_000_000
 def _check_ttl(ttl: int | None, safety_window: int | None) -> None:
     """The lease TTL etcd keeps as asked (whole seconds, at least 2 s) and a window inside it."""
     if ttl is not None and ttl < MIN_TTL_NS:
-        raise FieldError("ttl", "'ttl' must be at least 2s (etcd raises a smaller TTL "
-                         "to 1.5 x its election timeout, 2 s by default)")
+        raise fk.FieldError("ttl", "'ttl' must be at least 2s (etcd raises a smaller TTL "
+                            "to 1.5 x its election timeout, 2 s by default)")
     if ttl is not None and ttl % 1_000_000_000:
-        raise FieldError("ttl", f"'ttl' must be whole seconds (etcd counts lease TTLs "
-                         f"in seconds), got {ttl / 1e9:g} s")
-    if ttl is not None and safety_window is not None and safety_window * 2 >= ttl:
-        raise FieldError("safety_window",
-                         "'safety_window' must be less than half the TTL "
-                         f"({ttl / 2e9:g} s); raise ttl or lower the window")
+        raise fk.FieldError("ttl", f"'ttl' must be whole seconds (etcd counts lease TTLs "
+                            f"in seconds), got {ttl / 1e9:g} s")
+    fk.check_safety_window(safety_window, ttl, "the TTL", "ttl")
 
 
 def _check_access(endpoints: str | None, username: str | None, password: str | None) -> None:
@@ -71,11 +61,11 @@ def _check_access(endpoints: str | None, username: str | None, password: str | N
         try:
             parse_endpoints(endpoints)
         except ValueError as exc:
-            raise FieldError("endpoints", f"'endpoints' {exc}") from None
+            raise fk.FieldError("endpoints", f"'endpoints' {exc}") from None
     if (username is None) != (password is None):
         missing = "password" if password is None else "username"
-        raise FieldError(missing, f"'{missing}' must be set too: etcd's auth needs "
-                         "both username and password")
+        raise fk.FieldError(missing, f"'{missing}' must be set too: etcd's auth needs "
+                            "both username and password")
 
 
 def _endpoints(configured: str | None, ctx: BuildContext) -> str:
@@ -86,7 +76,7 @@ def _endpoints(configured: str | None, ctx: BuildContext) -> str:
     try:
         parse_endpoints(endpoints)
     except ValueError as exc:   # from ETCD_ENDPOINTS
-        raise ConfigError(f"{ctx.path}.endpoints", f"ETCD_ENDPOINTS: {exc}") from None
+        raise fk.ConfigError(f"{ctx.path}.endpoints", f"ETCD_ENDPOINTS: {exc}") from None
     return endpoints
 
 
@@ -116,21 +106,18 @@ class EtcdSettings:
 
     endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     service: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = root_field(DEFAULT_ROOT, example=DEFAULT_ROOT)
-    ttl: Duration = duration_field("10s", minimum=1)
-    connect_timeout: Duration = duration_field("5s", minimum=1)
-    safety_window: Duration = duration_field(  # a fifth of the TTL (2 s for 10 s)
-        attrs.Factory(lambda s: Duration(s.ttl // 5), takes_self=True))
-    quarantine: Duration = duration_field("30s")
+    root: str = fk.root_field(DEFAULT_ROOT, example=DEFAULT_ROOT)
+    ttl: fk.Duration = fk.duration_field("10s", minimum=1)
+    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
+    safety_window: fk.Duration = fk.safety_window_field("ttl")
+    quarantine: fk.Duration = fk.duration_field("30s")
     username: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     password: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     watch: bool = attrs.field(default=True, validator=instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
         _check_ttl(self.ttl, self.safety_window)
-        if self.service is not None and ("/" in self.service or not self.service):
-            raise FieldError("service", "'service' must be a non-empty name without '/', "
-                             f"got {self.service!r}")
+        fk.check_path_name("service", self.service)
         _check_access(self.endpoints, self.username, self.password)
 
 
@@ -142,10 +129,10 @@ def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> Wo
     endpoints = _endpoints(s.endpoints, ctx)
     service = s.service or ctx.generator
     if "/" in service:
-        raise ConfigError(f"{ctx.path}.service", f"{service!r} contains '/'; set service = \"...\"")
+        raise fk.ConfigError(f"{ctx.path}.service",
+                             f"{service!r} contains '/'; set service = \"...\"")
     return build_lease_allocator(s, endpoints=endpoints, service=service, root=s.root,
-                                 clock=ctx.clock, events=ctx.events, generator=ctx.generator,
-                                 path=ctx.path, host=ctx.host, port=ctx.port)
+                                 ctx=ctx)
 
 
 @attrs.frozen(kw_only=True)
@@ -168,10 +155,10 @@ class EtcdMembershipSettings:
     """
 
     endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = root_field(DEFAULT_ROOT, example=DEFAULT_ROOT)
-    ttl: Duration | None = duration_field(None, minimum=1, optional=True)
-    connect_timeout: Duration = duration_field("5s", minimum=1)
-    safety_window: Duration | None = duration_field(None, optional=True)
+    root: str = fk.root_field(DEFAULT_ROOT, example=DEFAULT_ROOT)
+    ttl: fk.Duration | None = fk.duration_field(None, minimum=1, optional=True)
+    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
+    safety_window: fk.Duration | None = fk.duration_field(None, optional=True)
     username: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     password: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     watch: bool = attrs.field(default=True, validator=instance_of(bool))
@@ -195,7 +182,7 @@ def build_etcd_membership(settings: EtcdMembershipSettings | None,
         username=s.username, password=s.password, watch=s.watch)
 
 
-flakekit_register_memberships = registers(
+flakekit_register_memberships = fk.registers(
     "etcd", build_etcd_membership, settings=EtcdMembershipSettings,
     description="cluster members as keys on etcd leases (create_revision == 0, the "
                 "revision as incarnation) and the view as a key moved by "
@@ -203,7 +190,7 @@ flakekit_register_memberships = registers(
 )
 
 
-flakekit_register_allocators = registers(
+flakekit_register_allocators = fk.registers(
     "etcd", build_etcd_allocator, settings=EtcdSettings,
     description="worker ids leased from etcd: one lease per process, claims by "
                 "create_revision == 0, the claim's revision as the epoch, quarantine",

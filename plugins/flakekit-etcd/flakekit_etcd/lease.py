@@ -15,19 +15,20 @@ revision), the lease and its TTL left.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from flakekit.plugin import (
     BackendError,
-    Clock,
-    Events,
     KvLeaseAllocator,
     LeaseLostError,
     WorkerRecord,
 )
 from flakekit_etcd.store import EtcdStore
+
+if TYPE_CHECKING:
+    from flakekit.plugin import BuildContext
 
 __all__ = ["EtcdLeaseAllocator", "build_lease_allocator"]
 
@@ -36,7 +37,6 @@ __all__ = ["EtcdLeaseAllocator", "build_lease_allocator"]
 class EtcdLeaseAllocator(KvLeaseAllocator):
     """The core's key-value lease allocator over an :class:`EtcdStore`."""
 
-    settings: Any = None
     endpoints: str = ""
     service: str = ""
 
@@ -74,14 +74,9 @@ class EtcdLeaseAllocator(KvLeaseAllocator):
 
 
 def build_lease_allocator(settings: Any, endpoints: str, service: str, root: str,
-                          clock: Clock, events: Events, generator: str, path: str,
-                          host: str, port: int) -> EtcdLeaseAllocator:
+                          ctx: BuildContext) -> EtcdLeaseAllocator:
     store = EtcdStore(endpoints, settings.ttl // 1_000_000_000, settings.connect_timeout / 1e9,
                       username=settings.username, password=settings.password,
                       watch=settings.watch)
-    return EtcdLeaseAllocator(
-        store=store, base=f"{root}/{service}", clock=clock, events=events,
-        safety_window_ns=settings.safety_window, quarantine_ns=settings.quarantine,
-        connect_timeout_ns=settings.connect_timeout, generator=generator, path=path,
-        host=host, port=port, settings=settings, endpoints=endpoints, service=service,
-    )
+    return EtcdLeaseAllocator.from_settings(store, f"{root}/{service}", settings, ctx,
+                                            endpoints=endpoints, service=service)

@@ -50,30 +50,16 @@ safety comes from the renewals re-reading the epoch.
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import math
-import os
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import attrs
 
-from flakekit.plugin import (
-    BackendError,
-    Clock,
-    JoinRequest,
-    LeaseLostError,
-    Member,
-    MemberInfo,
-    MemberLease,
-    View,
-    check_key_segment,
-    proposed_members,
-)
+import flakekit.plugin as fk
+from flakekit_etcd import wire
 from flakekit_etcd.session import EtcdSession
 
 __all__ = ["EtcdMembership"]
@@ -92,89 +78,9 @@ _RACES = 8
 _REVOKE_TIMEOUT_S = 1.0
 
 
-def _b64(data: str | bytes) -> str:
-    raw = data.encode() if isinstance(data, str) else data
-    return base64.b64encode(raw).decode()
-
-
-def _unb64(text: str | None) -> bytes:
-    return base64.b64decode(text or "")
-
-
-def _next_key(prefix: str) -> bytes:
-    """The range end that covers every key starting with ``prefix``."""
-    raw = bytearray(prefix.encode())
-    raw[-1] += 1
-    return bytes(raw)
-
-
-def _json(**fields: Any) -> bytes:
-    return json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
-
-
 def _load(kv: dict[str, Any] | None) -> dict[str, Any]:
-    if kv is None:
-        return {}
-    try:
-        raw = json.loads(_unb64(kv.get("value")) or b"{}")
-    except ValueError:
-        return {}
-    return raw if isinstance(raw, dict) else {}
-
-
-def _int(value: Any, default: int = 0) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _check_members(view_members: Sequence[Member]) -> list[Member]:
-    return proposed_members(view_members, check_key_segment)
-
-
-def _member_of(node: str, raw: dict[str, Any]) -> Member:
-    return Member(node, str(raw.get("advertise", "")), _int(raw.get("weight"), 1))
-
-
-# -- transaction pieces (the v3 JSON gateway's shapes) ----------------------------------------
-def _created(key: str, revision: int) -> dict[str, Any]:
-    return {"key": _b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": revision}
-
-
-def _modified(key: str, revision: int) -> dict[str, Any]:
-    return {"key": _b64(key), "result": "EQUAL", "target": "MOD", "mod_revision": revision}
-
-
-def _leased(key: str, lease: int) -> dict[str, Any]:
-    return {"key": _b64(key), "result": "EQUAL", "target": "LEASE", "lease": lease}
-
-
-def _put(key: str, value: bytes, *, lease: int | None = None,
-         keep_lease: bool = False) -> dict[str, Any]:
-    put: dict[str, Any] = {"key": _b64(key), "value": _b64(value)}
-    if lease is not None:
-        put["lease"] = lease
-    if keep_lease:
-        put["ignore_lease"] = True
-    return {"request_put": put}
-
-
-def _get(key: str) -> dict[str, Any]:
-    return {"request_range": {"key": _b64(key)}}
-
-
-def _delete(key: str) -> dict[str, Any]:
-    return {"request_delete_range": {"key": _b64(key)}}
-
-
-def _kv(body: dict[str, Any], index: int) -> dict[str, Any] | None:
-    """The key read by the ``index``-th operation of a transaction (None: no such key)."""
-    responses = body.get("responses") or []
-    if index >= len(responses):
-        return None
-    kvs = (responses[index].get("response_range") or {}).get("kvs") or []
-    return kvs[0] if kvs else None
+    """The JSON record of a key read from etcd (``{}``: none, or unreadable)."""
+    return {} if kv is None else fk.decode_record(wire.unb64(kv.get("value")))
 
 
 @attrs.define
@@ -219,7 +125,7 @@ class EtcdMembership:
     view_poll_s: ClassVar[float] = 0.25
 
     endpoints: str
-    clock: Clock
+    clock: fk.Clock
     root: str = "/flakekit"
     ttl_s: int | None = None
     connect_timeout_s: float = 5.0
@@ -227,6 +133,9 @@ class EtcdMembership:
     username: str | None = None
     password: str | None = None
     watch: bool = True
+    #: where ``root`` puts each cluster's members, roster and view (not an argument)
+    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
+        lambda self: fk.ClusterKeys(self.root), takes_self=True))
     _session: EtcdSession | None = attrs.field(init=False, default=None)
     _held: dict[str, _Held] = attrs.field(init=False, factory=dict)
     _granted_s: float = attrs.field(init=False, default=float(DEFAULT_TTL_S))
@@ -241,33 +150,18 @@ class EtcdMembership:
     def where(self) -> str:
         return f"etcd at {self.endpoints} ({self.root}/clusters)"
 
-    def _base(self, cluster: str) -> str:
-        return f"{self.root}/clusters/{cluster}"
-
-    def member_key(self, cluster: str, node: str) -> str:
-        return f"{self._base(cluster)}/members/{node}"
-
-    def roster_key(self, cluster: str, node: str) -> str:
-        return f"{self._base(cluster)}/nodes/{node}"
-
-    def view_key(self, cluster: str) -> str:
-        return f"{self._base(cluster)}/view"
-
     @property
     def renew_interval(self) -> float:
         """A third of the TTL last granted: two renewals may fail before it ends."""
         return self._granted_s / 3
 
     def _safety_ns(self, ttl_ns: int) -> int:
-        least = -(-ttl_ns // 5)   # a fifth, never less: claimers count on it (serve_share)
-        if self.safety_window_ns is not None:
-            return max(self.safety_window_ns, least)
-        return least
+        return fk.safety_window_ns(ttl_ns, self.safety_window_ns)
 
     def _op_timeout(self, ttl_s: float) -> float:
         return min(self.connect_timeout_s, max(0.5, ttl_s / 6))
 
-    def lease_of(self, lease: MemberLease) -> int | None:
+    def lease_of(self, lease: fk.MemberLease) -> int | None:
         """The etcd lease id this membership holds for ``lease`` (None: none any more)."""
         held = self._held.get(lease.holder)
         return None if held is None else held.lease_id
@@ -277,7 +171,7 @@ class EtcdMembership:
               timeout: float | None = None) -> dict[str, Any]:
         with self._lock:
             if self._closed:
-                raise BackendError(f"cluster membership in {self.where} was closed")
+                raise fk.BackendError(f"cluster membership in {self.where} was closed")
             session = self._session
             if session is None:
                 session = self._session = EtcdSession(
@@ -293,15 +187,13 @@ class EtcdMembership:
 
     def _range(self, key: str, end: bytes | None = None,
                timeout: float | None = None) -> list[dict[str, Any]]:
-        payload: dict[str, Any] = {"key": _b64(key)}
-        if end is not None:
-            payload["range_end"] = _b64(end)
-        return list(self._call("kv/range", payload, timeout).get("kvs") or [])
+        return list(self._call("kv/range", wire.range_payload(key, end),
+                               timeout).get("kvs") or [])
 
-    def _error(self, action: str, exc: BaseException) -> BackendError:
+    def _error(self, action: str, exc: BaseException) -> fk.BackendError:
         text = " ".join(str(exc).split()) or type(exc).__name__
-        made = BackendError(f"cluster membership in {self.where}: {action} failed: {text}")
-        if isinstance(exc, BackendError) and type(exc) is not BackendError:
+        made = fk.BackendError(f"cluster membership in {self.where}: {action} failed: {text}")
+        if isinstance(exc, fk.BackendError) and type(exc) is not fk.BackendError:
             try:   # keep EtcdAuthError / EtcdVersionError: callers may tell them apart
                 made = type(exc)(str(made))
             except TypeError:  # pragma: no cover - a subclass with another signature
@@ -315,142 +207,130 @@ class EtcdMembership:
             self._call("lease/revoke", {"ID": lease_id},
                        timeout=min(_REVOKE_TIMEOUT_S, self.connect_timeout_s))
             return True
-        except LeaseLostError:
+        except fk.LeaseLostError:
             return True
-        except BackendError as exc:
+        except fk.BackendError as exc:
             log.debug("revoking etcd lease 0x%x: %s (it expires by itself)", lease_id, exc)
             return False
 
     # -- lease source half -----------------------------------------------------------------
-    def acquire(self, request: JoinRequest) -> MemberLease:
+    def acquire(self, request: fk.JoinRequest) -> fk.MemberLease:
         """Join: grant a lease, create the member key with it (``create_revision == 0``)
         and write the roster entry in one transaction that also reads the view; refused
         (one line naming the live holder) while the member key exists."""
-        cluster = check_key_segment("cluster", request.cluster)
+        cluster = fk.check_join(request)
         member = request.member
-        _check_members([member])
-        if not isinstance(member.advertise, str):
-            raise ValueError(f"advertise must be a string, got {member.advertise!r}")
-        if not isinstance(request.lease_s, int | float) or not request.lease_s > 0:
-            raise ValueError(f"lease_s must be a positive number of seconds, got "
-                             f"{request.lease_s!r}")
         ask = self.ttl_s or max(MIN_TTL_S, math.ceil(round(request.lease_s, 6)))
         action = f"joining cluster {cluster!r} as {member.node!r}"
         send = self.clock.monotonic_ns()   # the lease runs from (after) the grant's send
         try:
             grant = self._call("lease/grant", {"TTL": ask, "ID": 0})
-        except (BackendError, LeaseLostError) as exc:
+        except (fk.BackendError, fk.LeaseLostError) as exc:
             raise self._error(action, exc) from None
-        lease_id = _int(grant.get("ID"))
-        granted = _int(grant.get("TTL"), ask)
+        lease_id = fk.as_int(grant.get("ID"))
+        granted = fk.as_int(grant.get("TTL"), ask)
         if not lease_id or granted <= 0:
-            raise BackendError(f"cluster membership in {self.where}: {action} failed: the "
-                               f"lease grant answered {grant!r}")
+            raise fk.BackendError(f"cluster membership in {self.where}: {action} failed: the "
+                                  f"lease grant answered {grant!r}")
         ttl_ns = granted * NS
         safety = self._safety_ns(ttl_ns)
         if safety * 2 >= ttl_ns:
             self._revoke(lease_id)
             raise ValueError(f"safety_window ({safety / NS:g} s) must be less than half the "
                              f"granted etcd lease ({granted} s)")
-        token = f"{os.uname().nodename}/pid{os.getpid()}/{uuid.uuid4().hex[:12]}"
-        mkey = self.member_key(cluster, member.node)
-        record = _json(advertise=member.advertise, weight=member.weight, holder=token,
-                       lease=f"0x{lease_id:x}", lease_ms=granted * 1000, state="alive",
-                       config_digest=request.config_digest)
-        roster = _json(advertise=member.advertise, weight=member.weight, holder=token,
-                       lease_ms=granted * 1000, state="joined")
+        token = fk.holder_token()
+        mkey = self.keys.member(cluster, member.node)
+        record = fk.encode_record(advertise=member.advertise, weight=member.weight,
+                                  holder=token, lease=f"0x{lease_id:x}",
+                                  lease_ms=granted * 1000, state="alive",
+                                  config_digest=request.config_digest)
+        roster = fk.encode_record(advertise=member.advertise, weight=member.weight,
+                                  holder=token, lease_ms=granted * 1000, state="joined")
         try:
-            body = self._txn([_created(mkey, 0)],
-                             [_put(mkey, record, lease=lease_id),
-                              _put(self.roster_key(cluster, member.node), roster),
-                              _get(self.view_key(cluster))],
-                             [_get(mkey)])
-        except (BackendError, LeaseLostError) as exc:
+            body = self._txn([wire.created(mkey, 0)],
+                             [wire.put(mkey, record, lease=lease_id),
+                              wire.put(self.keys.roster(cluster, member.node), roster),
+                              wire.get(self.keys.view(cluster))],
+                             [wire.get(mkey)])
+        except (fk.BackendError, fk.LeaseLostError) as exc:
             self._revoke(lease_id)   # the join may have gone through: undo it
             raise self._error(action, exc) from None
         if not body.get("succeeded"):
             self._revoke(lease_id)
-            raise self._refusal(cluster, member.node, _kv(body, 0))
-        epoch = _int(body.get("header", {}).get("revision"))
-        view_epoch = _int(_load(_kv(body, 2)).get("epoch"))
+            raise self._refusal(cluster, member.node, wire.kv_at(body, 0))
+        epoch = fk.as_int(body.get("header", {}).get("revision"))
+        view_epoch = fk.as_int(_load(wire.kv_at(body, 2)).get("epoch"))
         with self._lock:
             self._held[token] = _Held(lease_id, granted)
             self._granted_s = float(granted)
         log.info("joined cluster %s as %s (incarnation %d, etcd lease 0x%x, TTL %d s, view "
                  "epoch %d)", cluster, member.node, epoch, lease_id, granted, view_epoch)
-        return MemberLease(member=member, cluster=cluster, holder=token, epoch=epoch,
-                           view_epoch=view_epoch, ttl=float(granted),
-                           deadline_ns=send + ttl_ns - safety)
+        return fk.MemberLease(member=member, cluster=cluster, holder=token, epoch=epoch,
+                              view_epoch=view_epoch, ttl=float(granted),
+                              deadline_ns=send + ttl_ns - safety)
 
-    def _refusal(self, cluster: str, node: str, kv: dict[str, Any] | None) -> BackendError:
+    def _refusal(self, cluster: str, node: str, kv: dict[str, Any] | None) -> fk.BackendError:
         raw = _load(kv)
-        lease = _int((kv or {}).get("lease"))
-        left = ""
-        if lease:
-            try:
-                ttl = _int(self._call("lease/timetolive", {"ID": lease},
-                                      timeout=min(1.0, self.connect_timeout_s)).get("TTL"), -1)
-                left = f", lease ends in {ttl} s unless renewed" if ttl >= 0 else ""
-            except (BackendError, LeaseLostError):
-                pass
-        return BackendError(
-            f"node {node!r} of cluster {cluster!r} is held by a live process "
-            f"({raw.get('holder', '?')}, incarnation {_int((kv or {}).get('create_revision'))}"
-            f", etcd lease 0x{lease:x}{left}) in {self.where}; stop it, or give this process "
-            "another node id")
+        lease = fk.as_int((kv or {}).get("lease"))
+        ttl = self._ttl_left(lease)
+        left = f", lease ends in {ttl} s unless renewed" if ttl is not None and ttl >= 0 else ""
+        return fk.held_by_error(
+            cluster, node, raw.get("holder", "?"),
+            f"incarnation {fk.as_int((kv or {}).get('create_revision'))}, etcd lease "
+            f"0x{lease:x}{left}", self.where)
 
-    def renew(self, lease: MemberLease, mark: int) -> MemberLease:
+    def renew(self, lease: fk.MemberLease, mark: int) -> fk.MemberLease:
         """One keep-alive, then a read that the member key is still ours plus the view
         epoch; LeaseLostError when the lease is gone (TTL <= 0) or the key is not ours."""
-        cluster = self._cluster_of(lease)
+        cluster = fk.cluster_of(lease)
         node = lease.member.node
         held = self._held.get(lease.holder)
         if held is None:
-            raise LeaseLostError(f"member {node!r} of cluster {cluster!r}: this membership "
-                                 f"holds no lease for {lease.holder} (released, lost or closed)")
+            raise fk.LeaseLostError(f"member {node!r} of cluster {cluster!r}: this membership "
+                                    f"holds no lease for {lease.holder} (released, lost or closed)")
         timeout = self._op_timeout(held.ttl_s)
         send = self.clock.monotonic_ns()
         try:
             body = self._call("lease/keepalive", {"ID": held.lease_id}, timeout)
-        except LeaseLostError:
+        except fk.LeaseLostError:
             body = {}
-        except BackendError as exc:
+        except fk.BackendError as exc:
             raise self._error(f"renewing member {node!r}", exc) from None
-        ttl = _int((body.get("result") or {}).get("TTL"), -1)
+        ttl = fk.as_int((body.get("result") or {}).get("TTL"), -1)
         if ttl <= 0:
             self._forget(lease.holder)
-            raise LeaseLostError(
+            raise fk.LeaseLostError(
                 f"member {node!r} of cluster {cluster!r}: the etcd lease 0x{held.lease_id:x} "
                 "expired or was revoked (keepalive answered TTL <= 0)")
-        mkey = self.member_key(cluster, node)
-        ours = [_created(mkey, lease.epoch), _leased(mkey, held.lease_id)]
+        mkey = self.keys.member(cluster, node)
+        ours = [wire.created(mkey, lease.epoch), wire.leased(mkey, held.lease_id)]
         try:
-            body = self._txn(ours, [_get(mkey)], [_get(mkey)], timeout)
-            kv = _kv(body, 0)
+            body = self._txn(ours, [wire.get(mkey)], [wire.get(mkey)], timeout)
+            kv = wire.kv_at(body, 0)
             if body.get("succeeded") and kv is not None:
                 # the renewal is written (the key's version moves: what a claimer times,
                 # on its own clock, from its first read of it); the view is read in the
                 # same transaction, so a write that lands late never extends past a view
                 # it did not read. Fenced on the value read (set_draining may write too)
-                wrote = self._txn([*ours, _modified(mkey, _int(kv.get("mod_revision")))],
-                                  [_put(mkey, _unb64(kv.get("value")), lease=held.lease_id),
-                                   _get(self.view_key(cluster))], [], timeout)
+                wrote = self._txn([*ours, wire.modified(mkey, fk.as_int(kv.get("mod_revision")))],
+                                  [wire.put(mkey, wire.unb64(kv.get("value")),
+                                            lease=held.lease_id),
+                                   wire.get(self.keys.view(cluster))], [], timeout)
                 if not wrote.get("succeeded"):
-                    raise BackendError("the member key changed under the renewal (a drain "
-                                       "mark?); renewed at the next interval")
+                    raise fk.BackendError("the member key changed under the renewal (a drain "
+                                          "mark?); renewed at the next interval")
                 body = {"succeeded": True, "responses": wrote.get("responses", [])[1:]}
-        except (BackendError, LeaseLostError) as exc:
+        except (fk.BackendError, fk.LeaseLostError) as exc:
             raise self._error(f"renewing member {node!r}", exc) from None
         if not body.get("succeeded"):
             self._forget(lease.holder)
             self._revoke(held.lease_id)
-            kv = _kv(body, 0)
+            kv = wire.kv_at(body, 0)
             now = ("its key is gone" if kv is None else
                    f"the node is now held by {_load(kv).get('holder', '?')} (incarnation "
-                   f"{_int(kv.get('create_revision'))})")
-            raise LeaseLostError(f"member {node!r} of cluster {cluster!r} is no longer ours "
-                                 f"(we held incarnation {lease.epoch} as {lease.holder}): {now}")
-        view_epoch = _int(_load(_kv(body, 0)).get("epoch"))
+                   f"{fk.as_int(kv.get('create_revision'))})")
+            raise fk.no_longer_ours(lease, now)
+        view_epoch = fk.as_int(_load(wire.kv_at(body, 0)).get("epoch"))
         ttl_ns = min(ttl, held.ttl_s) * NS
         return attrs.evolve(lease, view_epoch=view_epoch,
                             deadline_ns=send + ttl_ns - self._safety_ns(held.ttl_s * NS))
@@ -459,40 +339,33 @@ class EtcdMembership:
         with self._lock:
             return self._held.pop(holder, None)
 
-    def release(self, lease: MemberLease, mark: int) -> None:
+    def release(self, lease: fk.MemberLease, mark: int) -> None:
         """Leave: delete the member key and mark the roster ``left`` in one transaction
         fenced on the key's create revision (and our lease), then revoke the lease; a
         no-op on the store if the key is not ours any more."""
-        cluster = self._cluster_of(lease)
+        cluster = fk.cluster_of(lease)
         node = lease.member.node
         held = self._forget(lease.holder)
-        mkey = self.member_key(cluster, node)
-        compare = [_created(mkey, lease.epoch)]
+        mkey = self.keys.member(cluster, node)
+        compare = [wire.created(mkey, lease.epoch)]
         if held is not None:
-            compare.append(_leased(mkey, held.lease_id))
-        left = _json(advertise=lease.member.advertise, weight=lease.member.weight,
-                     holder=lease.holder, incarnation=lease.epoch,
-                     lease_ms=round(lease.ttl * 1000), state="left")
-        problem: BackendError | None = None
+            compare.append(wire.leased(mkey, held.lease_id))
+        left = fk.encode_record(advertise=lease.member.advertise, weight=lease.member.weight,
+                                holder=lease.holder, incarnation=lease.epoch,
+                                lease_ms=round(lease.ttl * 1000), state="left")
+        problem: fk.BackendError | None = None
         try:
-            body = self._txn(compare, [_delete(mkey), _put(self.roster_key(cluster, node),
-                                                           left)])
+            body = self._txn(compare, [wire.delete(mkey),
+                                       wire.put(self.keys.roster(cluster, node), left)])
             if body.get("succeeded"):
                 log.info("left cluster %s as %s (incarnation %d)", cluster, node, lease.epoch)
             else:
                 log.info("member %s of %s was no longer ours when leaving", node, cluster)
-        except (BackendError, LeaseLostError) as exc:
+        except (fk.BackendError, fk.LeaseLostError) as exc:
             problem = self._error(f"leaving as {node!r}", exc)
         revoked = held is not None and self._revoke(held.lease_id)
         if problem is not None and not revoked:
             raise problem
-
-    @staticmethod
-    def _cluster_of(lease: MemberLease) -> str:
-        if not lease.cluster:
-            raise ValueError(f"member {lease.member.node!r}: the lease names no cluster "
-                             "(it was not made by a join)")
-        return lease.cluster
 
     def close(self) -> None:
         """Stop the watches, revoke the leases still held (their member keys go at once;
@@ -514,19 +387,19 @@ class EtcdMembership:
             session.close_clients()
 
     # -- view half -------------------------------------------------------------------------
-    def members(self, cluster: str) -> list[MemberInfo]:
+    def members(self, cluster: str) -> list[fk.MemberInfo]:
         """Every roster entry and live member key of ``cluster`` (one range read, plus a
         time-to-live query per live lease): alive / draining (a live key), left (a clean
         leave), lapsed (the lease ended without one)."""
-        base = self._base(check_key_segment("cluster", cluster))
+        base = self.keys.base(fk.check_key_segment("cluster", cluster))
         try:
-            kvs = self._range(f"{base}/", _next_key(f"{base}/"))
-        except (BackendError, LeaseLostError) as exc:
+            kvs = self._range(f"{base}/", wire.range_end(f"{base}/"))
+        except (fk.BackendError, fk.LeaseLostError) as exc:
             raise self._error(f"listing the members of {cluster!r}", exc) from None
         live: dict[str, dict[str, Any]] = {}
         roster: dict[str, dict[str, Any]] = {}
         for item in kvs:
-            rest = _unb64(item.get("key")).decode()[len(base) + 1:]
+            rest = wire.unb64(item.get("key")).decode()[len(base) + 1:]
             kind, _, node = rest.partition("/")
             if kind == "members" and node:
                 live[node] = item
@@ -538,8 +411,8 @@ class EtcdMembership:
             kv = live.get(node)
             if kv is not None:
                 raw = _load(kv)
-                lease_ms = _int(raw.get("lease_ms"))
-                lease = _int(kv.get("lease"))
+                lease_ms = fk.as_int(raw.get("lease_ms"))
+                lease = fk.as_int(kv.get("lease"))
                 if lease not in ttls:
                     ttls[lease] = self._ttl_left(lease)
                 ttl = ttls[lease]
@@ -548,22 +421,22 @@ class EtcdMembership:
                 else:
                     state = "draining" if raw.get("state") == "draining" else "alive"
                     expires = lease_ms if ttl is None else ttl * 1000
-                out.append(MemberInfo(_member_of(node, raw), state, str(raw.get("holder", "")),
-                                      _int(kv.get("create_revision")), expires, lease_ms,
-                                      version=_int(kv.get("version")),
-                                      config_digest=str(raw.get("config_digest", ""))))
+                out.append(fk.MemberInfo(fk.member_of(node, raw), state, str(raw.get("holder", "")),
+                                         fk.as_int(kv.get("create_revision")), expires, lease_ms,
+                                         version=fk.as_int(kv.get("version")),
+                                         config_digest=str(raw.get("config_digest", ""))))
                 continue
             entry = roster[node]
             raw = _load(entry)
             left = raw.get("state") == "left"
-            incarnation = _int(raw.get("incarnation")) or _int(entry.get("mod_revision"))
+            incarnation = fk.as_int(raw.get("incarnation")) or fk.as_int(entry.get("mod_revision"))
             # version 0: no renewal can follow (its member key is gone, and every renewal
             # is conditioned on it), and each one wrote that key before it was deleted,
             # so the holder's deadline is at most serve_share after a first read of this
             # (a claimer's fallback when etcd deleted the key before its proof completed)
-            out.append(MemberInfo(_member_of(node, raw), "left" if left else "lapsed",
-                                  str(raw.get("holder", "")), incarnation, 0,
-                                  _int(raw.get("lease_ms")), version=0))
+            out.append(fk.MemberInfo(fk.member_of(node, raw), "left" if left else "lapsed",
+                                     str(raw.get("holder", "")), incarnation, 0,
+                                     fk.as_int(raw.get("lease_ms")), version=0))
         return out
 
     def _ttl_left(self, lease: int) -> int | None:
@@ -573,43 +446,39 @@ class EtcdMembership:
         try:
             body = self._call("lease/timetolive", {"ID": lease},
                               timeout=min(1.0, self.connect_timeout_s))
-        except LeaseLostError:
+        except fk.LeaseLostError:
             return -1
-        except BackendError as exc:
+        except fk.BackendError as exc:
             log.debug("time-to-live of etcd lease 0x%x: %s", lease, exc)
             return None
-        return _int(body.get("TTL"), -1)
+        return fk.as_int(body.get("TTL"), -1)
 
-    def view(self, cluster: str) -> View:
+    def view(self, cluster: str) -> fk.View:
         """The stored view; ``View(cluster, 0, ())`` before the first proposal."""
-        key = self.view_key(check_key_segment("cluster", cluster))
+        key = self.keys.view(fk.check_key_segment("cluster", cluster))
         try:
             kvs = self._range(key)
-        except (BackendError, LeaseLostError) as exc:
+        except (fk.BackendError, fk.LeaseLostError) as exc:
             raise self._error(f"reading the view of {cluster!r}", exc) from None
         return self._view_of(cluster, kvs[0] if kvs else None)
 
     @staticmethod
-    def _view_of(cluster: str, kv: dict[str, Any] | None) -> View:
+    def _view_of(cluster: str, kv: dict[str, Any] | None) -> fk.View:
         if kv is None:
-            return View(cluster, 0, ())
+            return fk.View(cluster, 0, ())
         raw = _load(kv)
-        members = tuple(_member_of(str(e["node"]), e) for e in raw.get("members", ())
-                        if isinstance(e, dict) and "node" in e)
-        return View(cluster, _int(raw.get("epoch")), members, _int(raw.get("changed_at_ms")))
+        return fk.View(cluster, fk.as_int(raw.get("epoch")), fk.view_members(raw.get("members")),
+                       fk.as_int(raw.get("changed_at_ms")))
 
     def propose(self, cluster: str, seen_epoch: int,
-                members: Sequence[Member]) -> View | None:
+                members: Sequence[fk.Member]) -> fk.View | None:
         """Compare-and-set: write ``seen_epoch + 1`` only if the view key still holds
         ``seen_epoch`` at the ``mod_revision`` read (the first view: only while the key
         does not exist); the new view, or None when someone else moved it first."""
-        check_key_segment("cluster", cluster)
-        if isinstance(seen_epoch, bool) or not isinstance(seen_epoch, int) or not (
-                0 <= seen_epoch < 2**63 - 1):
-            raise ValueError(f"seen_epoch must be an integer from 0 to 2**63 - 2, got "
-                             f"{seen_epoch!r}")
-        ordered = _check_members(members)
-        key = self.view_key(cluster)
+        fk.check_key_segment("cluster", cluster)
+        fk.check_seen_epoch(seen_epoch)
+        ordered = fk.proposed_members(members, fk.check_key_segment)
+        key = self.keys.view(cluster)
         action = f"proposing epoch {seen_epoch + 1} of {cluster!r}"
         try:
             kvs = self._range(key)
@@ -617,34 +486,32 @@ class EtcdMembership:
             if seen_epoch == 0:
                 if current is not None:
                     return None
-                compare, before_ms = [_created(key, 0)], 0
+                compare, before_ms = [wire.created(key, 0)], 0
             else:
                 raw = _load(current)
-                if current is None or _int(raw.get("epoch")) != seen_epoch:
+                if current is None or fk.as_int(raw.get("epoch")) != seen_epoch:
                     return None
-                compare = [_modified(key, _int(current.get("mod_revision")))]
-                before_ms = _int(raw.get("changed_at_ms"))
+                compare = [wire.modified(key, fk.as_int(current.get("mod_revision")))]
+                before_ms = fk.as_int(raw.get("changed_at_ms"))
             # etcd keeps no time: the proposer's wall clock, never before the last view's
             changed = max(self.clock.time_ns() // MS, before_ms)
-            data = _json(epoch=seen_epoch + 1, changed_at_ms=changed, members=[
-                {"node": m.node, "advertise": m.advertise, "weight": m.weight}
-                for m in ordered])
-            body = self._txn(compare, [_put(key, data)])
-        except (BackendError, LeaseLostError) as exc:
+            data = fk.encode_record(epoch=seen_epoch + 1, changed_at_ms=changed,
+                                    members=fk.view_entries(ordered))
+            body = self._txn(compare, [wire.put(key, data)])
+        except (fk.BackendError, fk.LeaseLostError) as exc:
             raise self._error(action, exc) from None
         if not body.get("succeeded"):
             return None
-        view = View(cluster, seen_epoch + 1, tuple(ordered), changed)
-        log.info("cluster %s: view epoch %d -> %d (%s)", cluster, seen_epoch, view.epoch,
-                 ", ".join(view.nodes()) or "no members")
+        view = fk.View(cluster, seen_epoch + 1, tuple(ordered), changed)
+        fk.log_view_change(log, cluster, seen_epoch, view)
         return view
 
     def set_draining(self, cluster: str, node: str, draining: bool) -> bool:
         """Mark a live member as draining (or alive again) in its key's value, by a
         transaction on the key's ``mod_revision`` that keeps its lease; False if no live
         member has that node id."""
-        key = self.member_key(check_key_segment("cluster", cluster),
-                              check_key_segment("node", node))
+        key = self.keys.member(fk.check_key_segment("cluster", cluster),
+                              fk.check_key_segment("node", node))
         try:
             for _ in range(_RACES):
                 kvs = self._range(key)
@@ -653,21 +520,21 @@ class EtcdMembership:
                 kv = kvs[0]
                 raw = _load(kv)
                 raw["state"] = "draining" if draining else "alive"
-                body = self._txn([_modified(key, _int(kv.get("mod_revision"))),
-                                  _created(key, _int(kv.get("create_revision")))],
-                                 [_put(key, _json(**raw), keep_lease=True)])
+                body = self._txn([wire.modified(key, fk.as_int(kv.get("mod_revision"))),
+                                  wire.created(key, fk.as_int(kv.get("create_revision")))],
+                                 [wire.put(key, fk.encode_record(**raw), keep_lease=True)])
                 if body.get("succeeded"):
                     return True
-        except (BackendError, LeaseLostError) as exc:
+        except (fk.BackendError, fk.LeaseLostError) as exc:
             raise self._error(f"marking {node!r} as draining", exc) from None
-        raise BackendError(f"cluster membership in {self.where}: marking {node!r} as "
-                           f"draining lost {_RACES} races; retry")
+        raise fk.BackendError(f"cluster membership in {self.where}: marking {node!r} as "
+                              f"draining lost {_RACES} races; retry")
 
     def watch_view(self, cluster: str, callback: Callable[[], None] | None) -> None:
         """An etcd watch on the view key (a thread of its own): every event calls
         ``callback()``; None stops it. A hint only: etcd3gw's watch may die quietly, and
         renewals re-read the epoch anyway."""
-        key = self.view_key(check_key_segment("cluster", cluster))
+        key = self.keys.view(fk.check_key_segment("cluster", cluster))
         with self._lock:
             old = self._watches.pop(cluster, None)
             self._watch_gen += 1

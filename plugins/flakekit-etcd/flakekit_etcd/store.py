@@ -25,13 +25,13 @@ refuses the connection or answers 5xx, within the call's timeout.
 
 from __future__ import annotations
 
-import base64
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, LeaseLostError
+from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, KvStoreBase, LeaseLostError
+from flakekit_etcd import wire
 from flakekit_etcd.session import EtcdSession, session_for
 
 __all__ = ["EtcdStore"]
@@ -39,23 +39,7 @@ __all__ = ["EtcdStore"]
 log = logging.getLogger("flakekit.etcd")
 
 
-def _b64(data: str | bytes) -> str:
-    raw = data.encode() if isinstance(data, str) else data
-    return base64.b64encode(raw).decode()
-
-
-def _unb64(text: str | None) -> bytes:
-    return base64.b64decode(text or "")
-
-
-def _next_key(prefix: str) -> str:
-    """The range end that covers every key starting with ``prefix``."""
-    raw = bytearray(prefix.encode())
-    raw[-1] += 1
-    return bytes(raw).decode("latin-1")
-
-
-class EtcdStore:
+class EtcdStore(KvStoreBase):
     """One allocator's view of the process's etcd lease: its listener, the claims it
     created (deleted on close while others keep the lease) and their watches."""
 
@@ -70,7 +54,6 @@ class EtcdStore:
         self.watching = watch
         self.session: EtcdSession = session_for(endpoints, ttl_s, connect_timeout_s,
                                                 username, password)
-        self._listener: Callable[[str], None] | None = None
         self._lease: int | None = None    # the lease this store attached to
         self._created: dict[str, int] = {}   # session keys this store created: revision
         self._watches: list[Callable[[], None]] = []
@@ -78,17 +61,14 @@ class EtcdStore:
 
     # -- session ---------------------------------------------------------------------------
     def _tell(self, state: str) -> None:
-        if self._listener is not None and (state != KvState.LOST or self._lease is not None):
-            self._listener(state)
+        if state != KvState.LOST or self._lease is not None:
+            super()._tell(state)
 
     def connect(self) -> None:
         if self.state == KvState.CONNECTED:
             return
         self.session.attach(self._tell)
         self._lease = self.session.lease
-
-    def listen(self, callback: Callable[[str], None]) -> None:
-        self._listener = callback
 
     @property
     def _mine(self) -> bool:
@@ -142,7 +122,7 @@ class EtcdStore:
         if created and session.lease == lease and session.state == KvState.CONNECTED:
             compare, delete = [], []
             for key, rev in created.items():
-                k = _b64(key)
+                k = wire.b64(key)
                 compare += [{"key": k, "result": "EQUAL", "target": "CREATE",
                              "create_revision": rev},
                             {"key": k, "result": "EQUAL", "target": "LEASE", "lease": lease}]
@@ -161,24 +141,20 @@ class EtcdStore:
     def ensure(self, prefix: str) -> None:
         """etcd's key space is flat: nothing to create."""
 
-    def _range(self, key: str, end: str | None = None, *, keys_only: bool = False,
+    def _range(self, key: str, end: bytes | None = None, *, keys_only: bool = False,
                timeout: float | None = None) -> list[dict[str, Any]]:
-        payload: dict[str, Any] = {"key": _b64(key)}
-        if end is not None:
-            payload["range_end"] = _b64(end.encode("latin-1"))
-        if keys_only:
-            payload["keys_only"] = True
+        payload = wire.range_payload(key, end, keys_only=keys_only)
         return list(self._call("kv/range", payload, timeout).get("kvs") or [])
 
     @staticmethod
     def _entry(kv: dict[str, Any]) -> KvEntry:
-        return KvEntry(_unb64(kv.get("value")), int(kv.get("mod_revision", 0)), None,
+        return KvEntry(wire.unb64(kv.get("value")), int(kv.get("mod_revision", 0)), None,
                        int(kv.get("lease", 0)) or None)
 
     def children(self, prefix: str) -> list[str]:
         start = prefix.rstrip("/") + "/"
-        kvs = self._range(start, _next_key(start), keys_only=True)
-        return sorted({_unb64(kv["key"]).decode()[len(start):].split("/")[0] for kv in kvs})
+        kvs = self._range(start, wire.range_end(start), keys_only=True)
+        return sorted({wire.unb64(kv["key"]).decode()[len(start):].split("/")[0] for kv in kvs})
 
     def get(self, key: str, timeout: float | None = None) -> KvEntry | None:
         kvs = self._range(key, timeout=timeout)
@@ -192,18 +168,13 @@ class EtcdStore:
         prefix = _common_prefix(keys)
         if not prefix:
             return {k: e for k in keys if (e := self.get(k)) is not None}
-        kvs = self._range(prefix, _next_key(prefix))
+        kvs = self._range(prefix, wire.range_end(prefix))
         out = {}
         for kv in kvs:
-            key = _unb64(kv["key"]).decode()
+            key = wire.unb64(kv["key"]).decode()
             if key in wanted:
                 out[key] = self._entry(kv)
         return out
-
-    def put(self, key: str, data: bytes, version: int,
-            timeout: float | None = None) -> int | None:
-        done = self.commit([KvOp.put(key, data, version)], timeout)
-        return None if done is None else done[0]
 
     def commit(self, ops: Sequence[KvOp], timeout: float | None = None) -> list[int] | None:
         lease = self._lease
@@ -212,31 +183,22 @@ class EtcdStore:
         created: list[str] = []
         deleted: list[str] = []
         for op in ops:
-            key = _b64(op.key)
+            key = op.key
             if op.kind == "create":
-                compare.append({"key": key, "result": "EQUAL", "target": "CREATE",
-                                "create_revision": 0})
-                put: dict[str, Any] = {"key": key, "value": _b64(op.data)}
+                compare.append(wire.created(key, 0))
+                success.append(wire.put(key, op.data, lease=lease if op.session else None))
                 if op.session:
-                    put["lease"] = lease
-                    created.append(op.key)
-                success.append({"request_put": put})
+                    created.append(key)
             elif op.kind in ("put", "delete", "check"):
-                if op.version is None:
-                    compare.append({"key": key, "result": "GREATER", "target": "CREATE",
-                                    "create_revision": 0})
-                else:
-                    compare.append({"key": key, "result": "EQUAL", "target": "MOD",
-                                    "mod_revision": op.version})
+                compare.append(wire.exists(key) if op.version is None
+                               else wire.modified(key, op.version))
                 if op.kind == "check" and op.owner is not None:
-                    compare.append({"key": key, "result": "EQUAL", "target": "LEASE",
-                                    "lease": op.owner})
+                    compare.append(wire.leased(key, op.owner))
                 if op.kind == "put":   # keeps the key's lease (a record has none)
-                    success.append({"request_put": {"key": key, "value": _b64(op.data),
-                                                    "ignore_lease": True}})
+                    success.append(wire.put(key, op.data, keep_lease=True))
                 elif op.kind == "delete":
-                    success.append({"request_delete_range": {"key": key}})
-                    deleted.append(op.key)
+                    success.append(wire.delete(key))
+                    deleted.append(key)
             else:  # pragma: no cover - the interface has no other kind
                 raise ValueError(f"unknown operation {op.kind!r}")
         body = self._call("kv/txn", {"compare": compare, "success": success}, timeout)

@@ -256,23 +256,22 @@ class Guard:
         replid2 = str(info.get("master_replid2", ""))
         with self._lock:
             if self.run_id and run_id != self.run_id and self.replid and replid2 == self.replid:
-                self.history.append(f"it failed over to a replica (run_id {self.run_id[:8]} -> "
-                                    f"{run_id[:8]}, which took over replication id "
-                                    f"{self.replid[:8]})")
-                log.warning("Redis at %s failed over (run_id %s -> %s)", self.where,
-                            self.run_id, run_id)
+                self._note(f"it failed over to a replica (run_id {self.run_id[:8]} -> "
+                           f"{run_id[:8]}, which took over replication id {self.replid[:8]})",
+                           f"failed over (run_id {self.run_id} -> {run_id})")
             elif self.run_id and run_id != self.run_id:
-                self.history.append(f"the server restarted or was replaced (run_id "
-                                    f"{self.run_id[:8]} -> {run_id[:8]})")
-                log.warning("Redis at %s restarted (run_id %s -> %s)", self.where,
-                            self.run_id, run_id)
+                self._note(f"the server restarted or was replaced (run_id {self.run_id[:8]} "
+                           f"-> {run_id[:8]})", f"restarted (run_id {self.run_id} -> {run_id})")
             elif self.replid and replid != self.replid:
-                self.history.append(f"it failed over (master_replid {self.replid[:8]} -> "
-                                    f"{replid[:8]})")
-                log.warning("Redis at %s changed replication id (%s -> %s)", self.where,
-                            self.replid, replid)
+                self._note(f"it failed over (master_replid {self.replid[:8]} -> {replid[:8]})",
+                           f"changed replication id ({self.replid} -> {replid})")
             self.run_id, self.replid = run_id, replid
             del self.history[:-3]
+
+    def _note(self, event: str, logged: str) -> None:
+        """Keep ``event`` for status and refusals, and log it once."""
+        self.history.append(event)
+        log.warning("Redis at %s %s", self.where, logged)
 
     def status(self) -> dict[str, Any]:
         """The marker as stored (empty dict: none), for ``flakekit redis check``."""

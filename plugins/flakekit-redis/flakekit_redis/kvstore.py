@@ -27,7 +27,7 @@ to the listener as SUSPENDED, the next success as CONNECTED.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from flakekit.plugin import (
@@ -35,6 +35,7 @@ from flakekit.plugin import (
     KvEntry,
     KvOp,
     KvState,
+    KvStoreBase,
     LeaseLostError,
     WorkerExhaustedError,
 )
@@ -137,7 +138,7 @@ def _int(value: Any) -> int:
     return int(value.decode() if isinstance(value, bytes) else value)
 
 
-class RedisKvStore:
+class RedisKvStore(KvStoreBase):
     """One allocator's session on one Redis namespace (see the table above)."""
 
     kind = "Redis"
@@ -147,10 +148,7 @@ class RedisKvStore:
         self.guard = guard
         self.where = f"Redis at {guard.where}"
         self.ttl_ms = ttl_ms
-        self._session: int | None = None
-        self._state = KvState.CLOSED
         self._failing = False
-        self._listener: Callable[[str], None] | None = None
         self._lock = threading.Lock()
 
     @property
@@ -158,10 +156,6 @@ class RedisKvStore:
         return f"{self.guard.ns}/session/"
 
     # -- session ---------------------------------------------------------------------------
-    def _tell(self, state: str) -> None:
-        if self._listener is not None:
-            self._listener(state)
-
     def _run(self, name: str, body: str, keys: Sequence[str], args: Sequence[Any], *,
              what: str, write: bool) -> list[Any]:
         """A guarded script; a failure to reach Redis is told once as SUSPENDED."""
@@ -194,20 +188,9 @@ class RedisKvStore:
         with self._lock:
             self._session, self._state, self._failing = _int(out[1]), KvState.CONNECTED, False
 
-    def listen(self, callback: Callable[[str], None]) -> None:
-        self._listener = callback
-
-    @property
-    def session_id(self) -> int | None:
-        return self._session if self._state == KvState.CONNECTED else None
-
     @property
     def session_ms(self) -> int:
         return self.ttl_ms
-
-    @property
-    def state(self) -> str:
-        return self._state
 
     def _lose(self, why: str, *, tell: bool = True) -> LeaseLostError:
         """The session is gone. ``tell=False``: the error alone carries the reason (the
@@ -277,11 +260,6 @@ class RedisKvStore:
                 found[key] = KvEntry(data_b, _int(version), _int(mtime) if mtime else None,
                                      _int(owner) or None)
         return found
-
-    def put(self, key: str, data: bytes, version: int,
-            timeout: float | None = None) -> int | None:
-        done = self.commit([KvOp.put(key, data, version)], timeout)
-        return None if done is None else done[0]
 
     def commit(self, ops: Sequence[KvOp], timeout: float | None = None) -> list[int] | None:
         args: list[Any] = [self._sess_prefix, self._session or 0]

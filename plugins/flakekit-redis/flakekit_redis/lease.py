@@ -29,7 +29,6 @@ __all__ = ["RedisLeaseAllocator", "build_lease_allocator"]
 class RedisLeaseAllocator(KvLeaseAllocator):
     """The core's key-value lease allocator over a :class:`RedisKvStore`."""
 
-    settings: Any = None
     service: str = ""
 
     @property
@@ -42,9 +41,5 @@ class RedisLeaseAllocator(KvLeaseAllocator):
 def build_lease_allocator(settings: Any, guard: Guard, service: str,
                           ctx: Any) -> RedisLeaseAllocator:
     store = RedisKvStore(guard, settings.ttl // 1_000_000)
-    return RedisLeaseAllocator(
-        store=store, base=f"{guard.ns}/{service}", clock=ctx.clock, events=ctx.events,
-        safety_window_ns=settings.safety_window, quarantine_ns=settings.quarantine,
-        connect_timeout_ns=settings.connect_timeout, generator=ctx.generator,
-        path=ctx.path, host=ctx.host, port=ctx.port, settings=settings, service=service,
-    )
+    return RedisLeaseAllocator.from_settings(store, f"{guard.ns}/{service}", settings, ctx,
+                                             service=service)

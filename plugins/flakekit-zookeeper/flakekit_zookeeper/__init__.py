@@ -26,14 +26,7 @@ from typing import TYPE_CHECKING
 import attrs
 from attrs.validators import ge, in_, instance_of, le, optional
 
-from flakekit.plugin import (
-    ConfigError,
-    Duration,
-    FieldError,
-    duration_field,
-    registers,
-    root_field,
-)
+import flakekit.plugin as fk
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
     from pathlib import Path
@@ -55,6 +48,20 @@ DEFAULT_ROOTS = {"leaf": "/snowflake", "lease": "/flakekit"}
 PORT_0 = ("leaf mode keys the worker id by ip:port, and the port is 0 (none given, or "
           "`flakekit serve --port 0`, which would take a new worker id on every start): "
           "set FLAKEKIT_PORT=N or port = N")
+
+
+def _hosts(configured: str | None) -> str:
+    """The ensemble to use: the settings', else ``$ZK_HOSTS``, else the default."""
+    return configured or os.environ.get("ZK_HOSTS") or DEFAULT_HOSTS
+
+
+def _check_session(session: int | None, safety_window: int | None) -> None:
+    """A session ZooKeeper can grant (at least 1 s) and a safety window inside it."""
+    if session is not None and session < 1_000_000_000:
+        raise fk.FieldError("session_timeout", "'session_timeout' must be at least 1s "
+                            "(ZooKeeper's floor is 2 ticks; scripts/zookeeper.sh allows 1s)")
+    fk.check_safety_window(safety_window, session, "the session timeout",
+                           "the session timeout")
 
 
 @attrs.frozen(kw_only=True)
@@ -92,13 +99,12 @@ class ZooKeeperSettings:
     hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     mode: str = attrs.field(default="lease", validator=in_(("leaf", "lease")))
     name: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str | None = root_field(None, example="/snowflake", what="a znode path")
-    session_timeout: Duration = duration_field("10s", minimum=1)
-    connect_timeout: Duration = duration_field("5s", minimum=1)
-    safety_window: Duration = duration_field(  # a fifth of the session (2 s for 10 s)
-        attrs.Factory(lambda s: Duration(s.session_timeout // 5), takes_self=True))
-    quarantine: Duration = duration_field("30s")
-    report_interval: Duration = duration_field("3s", minimum=1)
+    root: str | None = fk.root_field(None, example="/snowflake", what="a znode path")
+    session_timeout: fk.Duration = fk.duration_field("10s", minimum=1)
+    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
+    safety_window: fk.Duration = fk.safety_window_field("session_timeout")
+    quarantine: fk.Duration = fk.duration_field("30s")
+    report_interval: fk.Duration = fk.duration_field("3s", minimum=1)
     cache_dir: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     cache_file: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     ip: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
@@ -106,26 +112,15 @@ class ZooKeeperSettings:
                                                                     ge(0), le(65535)]))
 
     def __attrs_post_init__(self) -> None:
-        if self.session_timeout < 1_000_000_000:
-            raise FieldError("session_timeout", "'session_timeout' must be at least 1s "
-                             "(ZooKeeper's floor is 2 ticks; scripts/zookeeper.sh allows 1s)")
-        if self.safety_window * 2 >= self.session_timeout:
-            raise FieldError(
-                "safety_window",
-                "'safety_window' must be less than half the session timeout "
-                f"({self.session_timeout / 2e9:g} s); raise the session timeout or lower the "
-                "window",
-            )
-        if self.name is not None and ("/" in self.name or not self.name):
-            raise FieldError("name",
-                             f"'name' must be a non-empty name without '/', got {self.name!r}")
+        _check_session(self.session_timeout, self.safety_window)
+        fk.check_path_name("name", self.name)
         if self.ip is not None:
             import ipaddress  # when checked: the host imports this module for --help
 
             try:
                 ipaddress.ip_address(self.ip)
             except ValueError:
-                raise FieldError("ip", f"'ip' must be an IP address, got {self.ip!r}") from None
+                raise fk.FieldError("ip", f"'ip' must be an IP address, got {self.ip!r}") from None
 
 
 def resolve_ip(host: str) -> str:
@@ -168,10 +163,10 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None,
                               ctx: BuildContext) -> WorkerAllocator:
     """Factory registered as ``zookeeper``: a LeafAllocator or a LeaseAllocator."""
     s = settings or ZooKeeperSettings()
-    hosts = s.hosts or os.environ.get("ZK_HOSTS") or DEFAULT_HOSTS
+    hosts = _hosts(s.hosts)
     name = s.name or ctx.generator
     if "/" in name:
-        raise ConfigError(f"{ctx.path}.name", f"{name!r} contains '/'; set name = \"...\"")
+        raise fk.ConfigError(f"{ctx.path}.name", f"{name!r} contains '/'; set name = \"...\"")
     root = s.root or DEFAULT_ROOTS[s.mode]
     if s.mode == "leaf":
         from pathlib import Path
@@ -181,7 +176,7 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None,
         ip = s.ip or resolve_ip(ctx.host)
         port = s.port if s.port is not None else ctx.port
         if s.port == 0:
-            raise ConfigError(f"{ctx.path}.port", PORT_0)
+            raise fk.ConfigError(f"{ctx.path}.port", PORT_0)
         instance = ctx.instance
         suffix = f".{instance}" if instance else ""
         cache = Path(s.cache_file) if s.cache_file else (
@@ -194,9 +189,7 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None,
                              events=ctx.events, generator=ctx.generator, path=ctx.path)
     from flakekit_zookeeper.lease import build_lease_allocator
 
-    return build_lease_allocator(s, hosts=hosts, name=name, root=root, clock=ctx.clock,
-                                 events=ctx.events, generator=ctx.generator, path=ctx.path,
-                                 host=ctx.host, port=ctx.port)
+    return build_lease_allocator(s, hosts=hosts, name=name, root=root, ctx=ctx)
 
 
 @attrs.frozen(kw_only=True)
@@ -214,26 +207,16 @@ class ZooKeeperMembershipSettings:
     """
 
     hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = root_field("/flakekit", example="/flakekit", what="a znode path")
-    session_timeout: Duration | None = duration_field(None, minimum=1, optional=True)
-    connect_timeout: Duration = duration_field("5s", minimum=1)
-    safety_window: Duration | None = duration_field(None, optional=True)
+    root: str = fk.root_field("/flakekit", example="/flakekit", what="a znode path")
+    session_timeout: fk.Duration | None = fk.duration_field(None, minimum=1, optional=True)
+    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
+    safety_window: fk.Duration | None = fk.duration_field(None, optional=True)
 
     def __attrs_post_init__(self) -> None:
         if self.hosts is not None and not self.hosts.strip():
-            raise FieldError("hosts", "'hosts' must name the ensemble, such as "
-                             "'zk1:2181,zk2:2181', got ''")
-        session = self.session_timeout
-        if session is not None and session < 1_000_000_000:
-            raise FieldError("session_timeout", "'session_timeout' must be at least 1s "
-                             "(ZooKeeper's floor is 2 ticks; scripts/zookeeper.sh allows 1s)")
-        if session is not None and self.safety_window is not None \
-                and self.safety_window * 2 >= session:
-            raise FieldError(
-                "safety_window",
-                "'safety_window' must be less than half the session timeout "
-                f"({session / 2e9:g} s); raise the session timeout or lower the window",
-            )
+            raise fk.FieldError("hosts", "'hosts' must name the ensemble, such as "
+                                "'zk1:2181,zk2:2181', got ''")
+        _check_session(self.session_timeout, self.safety_window)
 
 
 def build_zookeeper_membership(settings: ZooKeeperMembershipSettings | None,
@@ -242,21 +225,21 @@ def build_zookeeper_membership(settings: ZooKeeperMembershipSettings | None,
     from flakekit_zookeeper.membership import ZkMembership
 
     s = settings or ZooKeeperMembershipSettings()
-    hosts = s.hosts or os.environ.get("ZK_HOSTS") or DEFAULT_HOSTS
+    hosts = _hosts(s.hosts)
     return ZkMembership(
         hosts, ctx.clock, root=s.root,
         session_timeout_s=None if s.session_timeout is None else s.session_timeout / 1e9,
         connect_timeout_s=s.connect_timeout / 1e9, safety_window_ns=s.safety_window)
 
 
-flakekit_register_memberships = registers(
+flakekit_register_memberships = fk.registers(
     "zookeeper", build_zookeeper_membership, settings=ZooKeeperMembershipSettings,
     description="cluster members as ephemeral znodes (the session is the lease) and "
                 "the view as a versioned znode",
 )
 
 
-flakekit_register_allocators = registers(
+flakekit_register_allocators = fk.registers(
     "zookeeper", build_zookeeper_allocator, settings=ZooKeeperSettings,
     description="worker ids from ZooKeeper: Leaf-compatible (mode = \"leaf\") or "
                 "session leases with quarantine (mode = \"lease\")",

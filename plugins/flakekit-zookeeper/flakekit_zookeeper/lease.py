@@ -15,13 +15,16 @@ under ``{root}/{name}`` (default ``/flakekit/{generator}``)::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from flakekit.plugin import Clock, Events, KvLeaseAllocator
+from flakekit.plugin import KvLeaseAllocator
 from flakekit_zookeeper.client import ZkConnection
 from flakekit_zookeeper.store import ZkStore
+
+if TYPE_CHECKING:
+    from flakekit.plugin import BuildContext
 
 __all__ = ["LeaseAllocator", "build_lease_allocator"]
 
@@ -30,7 +33,6 @@ __all__ = ["LeaseAllocator", "build_lease_allocator"]
 class LeaseAllocator(KvLeaseAllocator):
     """The core's key-value lease allocator over one kazoo client."""
 
-    settings: Any = None
     hosts: str = ""
     name: str = ""
 
@@ -41,13 +43,8 @@ class LeaseAllocator(KvLeaseAllocator):
         return store.conn if isinstance(store, ZkStore) else None
 
 
-def build_lease_allocator(settings: Any, hosts: str, name: str, root: str, clock: Clock,
-                          events: Events, generator: str, path: str, host: str,
-                          port: int) -> LeaseAllocator:
+def build_lease_allocator(settings: Any, hosts: str, name: str, root: str,
+                          ctx: BuildContext) -> LeaseAllocator:
     store = ZkStore(hosts, settings.session_timeout / 1e9, settings.connect_timeout / 1e9)
-    return LeaseAllocator(
-        store=store, base=f"{root}/{name}", clock=clock, events=events,
-        safety_window_ns=settings.safety_window, quarantine_ns=settings.quarantine,
-        connect_timeout_ns=settings.connect_timeout, generator=generator, path=path,
-        host=host, port=port, settings=settings, hosts=hosts, name=name,
-    )
+    return LeaseAllocator.from_settings(store, f"{root}/{name}", settings, ctx,
+                                        hosts=hosts, name=name)

@@ -39,12 +39,9 @@ kazoo would queue a request made while disconnected until it reconnects, maybe n
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,18 +56,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
-from flakekit.plugin import (
-    BackendError,
-    Clock,
-    JoinRequest,
-    LeaseLostError,
-    Member,
-    MemberInfo,
-    MemberLease,
-    View,
-    check_key_segment,
-    proposed_members,
-)
+import flakekit.plugin as fk
 from flakekit_zookeeper.client import ZK_ERRORS, ZkConnection
 
 __all__ = ["ZkMembership"]
@@ -79,9 +65,6 @@ log = logging.getLogger("flakekit.cluster.zookeeper")
 
 NS = 1_000_000_000
 MS = 1_000_000
-#: share of the session kept as safety window when none is configured (as lease mode),
-#: and the least one configured: claimers count on it (``serve_share``)
-SAFETY_SHARE = 0.2
 #: how often a node reads the view and the member records (a few reads on one session)
 VIEW_POLL_S = 0.25
 #: the session a view-only membership opens when no join says which lease it wants
@@ -92,24 +75,13 @@ _RACES = 8
 _Watch = tuple[int, Callable[[], None], Callable[[WatchedEvent], None]]
 
 
-def _check_members(view_members: Sequence[Member]) -> list[Member]:
-    return proposed_members(view_members, check_key_segment)
-
-
-def _json(**fields: Any) -> bytes:
-    return json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
-
-
-def _load(data: bytes | None) -> dict[str, Any]:
-    try:
-        raw = json.loads(data or b"{}")
-    except ValueError:
-        return {}
-    return raw if isinstance(raw, dict) else {}
-
-
-def _member_of(node: str, raw: dict[str, Any]) -> Member:
-    return Member(node, str(raw.get("advertise", "")), int(raw.get("weight", 1)))
+def _write_roster(tx: Any, path: str, entry: tuple[bytes, ZnodeStat] | None,
+                  data: bytes) -> None:
+    """Add the roster entry's write to ``tx``: created, or set at the version read."""
+    if entry is None:
+        tx.create(path, data)
+    else:
+        tx.set_data(path, data, version=entry[1].version)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -144,17 +116,20 @@ class ZkMembership:
     #: that wrote its znode's version (the safety window is at least the rest): a claimer
     #: that first read that version waits this share plus a margin from that read,
     #: before ZooKeeper expires the session (issue 24)
-    serve_share = 1 - SAFETY_SHARE
+    serve_share = 1 - fk.SAFETY_SHARE
     #: nodes read the view and the members this often (seconds), so every renewal is
     #: first read within that time of its write (the view watch stays a hint)
     view_poll_s = VIEW_POLL_S
 
     hosts: str
-    clock: Clock
+    clock: fk.Clock
     root: str = "/flakekit"
     session_timeout_s: float | None = None
     connect_timeout_s: float = 5.0
     safety_window_ns: int | None = None
+    #: where ``root`` puts each cluster's members, roster and view (not an argument)
+    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
+        lambda self: fk.ClusterKeys(self.root), takes_self=True))
     _conn: ZkConnection | None = attrs.field(init=False, default=None)
     _closed: bool = attrs.field(init=False, default=False)
     _held: set[tuple[str, str]] = attrs.field(init=False, factory=set)
@@ -168,18 +143,6 @@ class ZkMembership:
     @property
     def where(self) -> str:
         return f"ZooKeeper at {self.hosts} ({self.root}/clusters)"
-
-    def _base(self, cluster: str) -> str:
-        return f"{self.root}/clusters/{cluster}"
-
-    def _member_path(self, cluster: str, node: str) -> str:
-        return f"{self._base(cluster)}/members/{node}"
-
-    def _roster_path(self, cluster: str, node: str) -> str:
-        return f"{self._base(cluster)}/nodes/{node}"
-
-    def _view_path(self, cluster: str) -> str:
-        return f"{self._base(cluster)}/view"
 
     @property
     def session_ms(self) -> int:
@@ -199,15 +162,9 @@ class ZkMembership:
         least 0.5 s, at most the connect timeout (as lease mode)."""
         return min(self.connect_timeout_s, max(0.5, self.session_ms / 3000))
 
-    def _safety_ns(self, session_ns: int) -> int:
-        least = -(-session_ns * round(SAFETY_SHARE * 100) // 100)   # ceil: never below it
-        if self.safety_window_ns is not None:
-            return max(self.safety_window_ns, least)
-        return least
-
-    def _error(self, action: str, exc: BaseException) -> BackendError:
-        return BackendError(f"cluster membership in {self.where}: {action} failed: "
-                            f"{_one_line(exc)}")
+    def _error(self, action: str, exc: BaseException) -> fk.BackendError:
+        return fk.BackendError(f"cluster membership in {self.where}: {action} failed: "
+                               f"{_one_line(exc)}")
 
     # -- the connection --------------------------------------------------------------------
     def _connect(self, session_s: float | None = None) -> ZkConnection:
@@ -216,7 +173,7 @@ class ZkMembership:
         answer."""
         with self._lock:
             if self._closed:
-                raise BackendError(f"cluster membership in {self.where} was closed")
+                raise fk.BackendError(f"cluster membership in {self.where} was closed")
             conn = self._conn
             want = self.session_timeout_s or session_s or DEFAULT_SESSION_S
             if conn is not None and session_s is not None and self.session_timeout_s is None \
@@ -232,7 +189,7 @@ class ZkMembership:
                 self._conn = conn
             try:
                 conn.start()
-            except BackendError:
+            except fk.BackendError:
                 if not conn._started:     # never connected: nothing to keep
                     self._conn = None
                     conn.close()
@@ -249,7 +206,7 @@ class ZkMembership:
         if cluster in self._ensured:
             return
         for sub in ("members", "nodes"):
-            conn.call("ensure_path", f"{self._base(cluster)}/{sub}")
+            conn.call("ensure_path", f"{self.keys.base(cluster)}/{sub}")
         self._ensured.add(cluster)
 
     def _gets(self, conn: ZkConnection, paths: Sequence[str], timeout: float | None = None,
@@ -273,34 +230,30 @@ class ZkMembership:
                 out.append(None)
         return out
 
-    def _session_expired(self, exc: SessionExpiredError, lease: MemberLease) -> LeaseLostError:
-        return LeaseLostError(f"member {lease.member.node!r} of cluster {lease.cluster!r}: "
-                              f"the ZooKeeper session expired ({_one_line(exc)})")
+    def _session_expired(self, exc: SessionExpiredError,
+                         lease: fk.MemberLease) -> fk.LeaseLostError:
+        return fk.LeaseLostError(f"member {lease.member.node!r} of cluster {lease.cluster!r}: "
+                                 f"the ZooKeeper session expired ({_one_line(exc)})")
 
     # -- lease source half -----------------------------------------------------------------
-    def acquire(self, request: JoinRequest) -> MemberLease:
+    def acquire(self, request: fk.JoinRequest) -> fk.MemberLease:
         """Join: create the ephemeral member znode and write the roster entry in one
         transaction; refused (one line naming the live holder) while the znode exists."""
-        cluster = check_key_segment("cluster", request.cluster)
+        cluster = fk.check_join(request)
         member = request.member
-        _check_members([member])
-        if not isinstance(member.advertise, str):
-            raise ValueError(f"advertise must be a string, got {member.advertise!r}")
-        if not request.lease_s > 0:
-            raise ValueError(f"lease_s must be positive, got {request.lease_s!r}")
-        token = f"{os.uname().nodename}/pid{os.getpid()}/{uuid.uuid4().hex[:12]}"
+        token = fk.holder_token()
         action = f"joining cluster {cluster!r} as {member.node!r}"
         try:
             conn = self._connect(request.lease_s)
             session_ns = conn.session_ms() * MS
-            safety = self._safety_ns(session_ns)
+            safety = fk.safety_window_ns(session_ns, self.safety_window_ns)
             if safety * 2 >= session_ns:
                 raise ValueError(f"safety_window ({safety / NS:g} s) must be less than half "
                                  f"the ZooKeeper session ({session_ns / NS:g} s)")
             self._ensure(conn, cluster)
             lease = self._join(conn, cluster, member, token, session_ns, safety,
                                request.config_digest)
-        except (BackendError, ValueError):
+        except (fk.BackendError, ValueError):
             raise
         except ZK_ERRORS as exc:   # SessionExpired too: nothing was handed out
             raise self._error(action, exc) from None
@@ -310,14 +263,15 @@ class ZkMembership:
                  cluster, member.node, lease.epoch, conn.session_id or 0, lease.view_epoch)
         return lease
 
-    def _join(self, conn: ZkConnection, cluster: str, member: Member, token: str,
-              session_ns: int, safety_ns: int, digest: str = "") -> MemberLease:
-        mpath, rpath = self._member_path(cluster, member.node), self._roster_path(cluster,
-                                                                                  member.node)
-        data = _json(advertise=member.advertise, weight=member.weight, holder=token,
-                     state="alive", session_ms=session_ns // MS, config_digest=digest)
-        roster = _json(advertise=member.advertise, weight=member.weight, holder=token,
-                       incarnation=0, state="joined")
+    def _join(self, conn: ZkConnection, cluster: str, member: fk.Member, token: str,
+              session_ns: int, safety_ns: int, digest: str = "") -> fk.MemberLease:
+        mpath = self.keys.member(cluster, member.node)
+        rpath = self.keys.roster(cluster, member.node)
+        data = fk.encode_record(advertise=member.advertise, weight=member.weight,
+                                holder=token, state="alive", session_ms=session_ns // MS,
+                                config_digest=digest)
+        roster = fk.encode_record(advertise=member.advertise, weight=member.weight,
+                                  holder=token, incarnation=0, state="joined")
         for _ in range(_RACES):
             live, entry = self._gets(conn, [mpath, rpath])
             if live is not None and live[1].ephemeralOwner == conn.session_id \
@@ -336,56 +290,53 @@ class ZkMembership:
             session = conn.session_id
             tx = conn.client.transaction()
             tx.create(mpath, data, ephemeral=True)
-            if entry is None:
-                tx.create(rpath, roster)
-            else:
-                tx.set_data(rpath, roster, version=entry[1].version)
+            _write_roster(tx, rpath, entry, roster)
             t0 = self.clock.monotonic_ns()   # before the contact that proves the session
             results = conn.commit(tx)
             if any(isinstance(r, Exception) for r in results):
                 continue   # the node was taken, or the roster moved: read again
-            got = self._gets(conn, [mpath, self._view_path(cluster)])
+            got = self._gets(conn, [mpath, self.keys.view(cluster)])
             if got[0] is None or got[0][1].ephemeralOwner != session \
-                    or conn.session_id != session or _load(got[0][0]).get("holder") != token:
+                    or conn.session_id != session \
+                    or fk.decode_record(got[0][0]).get("holder") != token:
                 continue   # the session changed under the join: it is gone with it
-            view_epoch = int(_load(got[1][0]).get("epoch", 0)) if got[1] else 0
-            return MemberLease(member=member, cluster=cluster, holder=token,
-                               epoch=int(got[0][1].czxid), view_epoch=view_epoch,
-                               ttl=session_ns / NS, deadline_ns=t0 + session_ns - safety_ns)
-        raise BackendError(f"cluster membership in {self.where}: lost the race for node "
-                           f"{member.node!r} of cluster {cluster!r} {_RACES} times; retry")
+            view_epoch = int(fk.decode_record(got[1][0]).get("epoch", 0)) if got[1] else 0
+            return fk.MemberLease(member=member, cluster=cluster, holder=token,
+                                  epoch=int(got[0][1].czxid), view_epoch=view_epoch,
+                                  ttl=session_ns / NS, deadline_ns=t0 + session_ns - safety_ns)
+        raise fk.BackendError(f"cluster membership in {self.where}: lost the race for node "
+                              f"{member.node!r} of cluster {cluster!r} {_RACES} times; retry")
 
     def _held_by(self, conn: ZkConnection, cluster: str, node: str,
-                 live: tuple[bytes, ZnodeStat]) -> BackendError:
-        raw, stat = _load(live[0]), live[1]
+                 live: tuple[bytes, ZnodeStat]) -> fk.BackendError:
+        raw, stat = fk.decode_record(live[0]), live[1]
         ours = (" (this process's own session: it holds this node already)"
                 if stat.ephemeralOwner == conn.session_id else "")
-        return BackendError(
-            f"node {node!r} of cluster {cluster!r} is held by a live process "
-            f"({raw.get('holder', '?')}, incarnation {stat.czxid}, session "
-            f"0x{stat.ephemeralOwner:x}{ours}) in {self.where}; it is free once that process "
-            f"leaves or its session expires (at most {int(raw.get('session_ms', 0)) / 1000:g} "
-            "s after its last contact): stop it, or give this process another node id")
+        return fk.held_by_error(
+            cluster, node, raw.get("holder", "?"),
+            f"incarnation {stat.czxid}, session 0x{stat.ephemeralOwner:x}{ours}", self.where,
+            f"it is free once that process leaves or its session expires (at most "
+            f"{int(raw.get('session_ms', 0)) / 1000:g} s after its last contact): ")
 
-    def renew(self, lease: MemberLease, mark: int) -> MemberLease:
+    def renew(self, lease: fk.MemberLease, mark: int) -> fk.MemberLease:
         """Prove the session alive and the member znode ours, re-read the view epoch."""
-        cluster = self._cluster_of(lease)
-        mpath = self._member_path(cluster, lease.member.node)
+        cluster = fk.cluster_of(lease)
+        mpath = self.keys.member(cluster, lease.member.node)
         conn = self._conn
         if self._closed or conn is None:
-            raise LeaseLostError(f"member {lease.member.node!r} of cluster {cluster!r}: the "
-                                 "membership was closed")
+            raise fk.LeaseLostError(f"member {lease.member.node!r} of cluster {cluster!r}: the "
+                                    "membership was closed")
         if not conn.connected:   # SUSPENDED is not LOST: the same session may come back
-            raise BackendError(f"ZooKeeper connection is {str(conn.client.state).upper()}; "
-                               f"member {lease.member.node!r} waits for its session to come "
-                               "back (it stops at its deadline)")
+            raise fk.BackendError(f"ZooKeeper connection is {str(conn.client.state).upper()}; "
+                                  f"member {lease.member.node!r} waits for its session to come "
+                                  "back (it stops at its deadline)")
         session = conn.session_id
         t0 = self.clock.monotonic_ns()   # before the contact that proves the session
         try:
             for attempt in range(2):
-                live, view = self._gets(conn, [mpath, self._view_path(cluster)],
+                live, view = self._gets(conn, [mpath, self.keys.view(cluster)],
                                         timeout=self._op_timeout(),
-                                        sync=self._view_path(cluster))
+                                        sync=self.keys.view(cluster))
                 if live is None or live[1].czxid != lease.epoch \
                         or live[1].ephemeralOwner != session:
                     break   # not ours: said below
@@ -394,7 +345,7 @@ class ZkMembership:
                 # read again *after* that write on our session (answered in order), so
                 # a write that lands late never extends past a view it did not read
                 wrote = conn.client.set_async(mpath, live[0], version=live[1].version)
-                reread = conn.client.get_async(self._view_path(cluster))
+                reread = conn.client.get_async(self.keys.view(cluster))
                 try:
                     wrote.get(timeout=self._op_timeout())
                 except BadVersionError:   # set_draining wrote meanwhile: read again
@@ -418,7 +369,7 @@ class ZkMembership:
         if live is None:
             lost = "its znode is gone (released, or its session expired)"
         elif live[1].czxid != lease.epoch:
-            raw = _load(live[0])
+            raw = fk.decode_record(live[0])
             lost = (f"the node is now held by {raw.get('holder', '?')} (incarnation "
                     f"{live[1].czxid})")
         elif live[1].ephemeralOwner != session or conn.session_id != session:
@@ -426,57 +377,46 @@ class ZkMembership:
                     f"0x{conn.session_id or 0:x}: the old session expired")
         if lost is not None:
             self._drop(lease)
-            raise LeaseLostError(
-                f"member {lease.member.node!r} of cluster {cluster!r} is no longer ours (we "
-                f"held incarnation {lease.epoch} as {lease.holder}): {lost}")
-        view_epoch = int(_load(view[0]).get("epoch", 0)) if view else 0
+            raise fk.no_longer_ours(lease, lost)
+        view_epoch = int(fk.decode_record(view[0]).get("epoch", 0)) if view else 0
         session_ns = round(lease.ttl * NS)
-        return attrs.evolve(lease, view_epoch=view_epoch,
-                            deadline_ns=t0 + session_ns - self._safety_ns(session_ns))
+        safety = fk.safety_window_ns(session_ns, self.safety_window_ns)
+        return attrs.evolve(lease, view_epoch=view_epoch, deadline_ns=t0 + session_ns - safety)
 
-    def _drop(self, lease: MemberLease) -> None:
+    def _drop(self, lease: fk.MemberLease) -> None:
         with self._lock:
             self._held.discard((lease.cluster, lease.member.node))
 
-    def release(self, lease: MemberLease, mark: int) -> None:
+    def release(self, lease: fk.MemberLease, mark: int) -> None:
         """Leave: delete our member znode (by version) and mark the roster entry ``left``
         in one transaction, fenced by the znode's czxid and the roster's version; a no-op
         if the node is not ours any more."""
-        cluster = self._cluster_of(lease)
+        cluster = fk.cluster_of(lease)
         node = lease.member.node
-        mpath, rpath = self._member_path(cluster, node), self._roster_path(cluster, node)
+        mpath, rpath = self.keys.member(cluster, node), self.keys.roster(cluster, node)
         self._drop(lease)
         try:
             conn = self._connect()
             for _ in range(_RACES):
                 live, entry = self._gets(conn, [mpath, rpath])
                 if live is None or live[1].czxid != lease.epoch \
-                        or _load(live[0]).get("holder") != lease.holder:
+                        or fk.decode_record(live[0]).get("holder") != lease.holder:
                     log.info("member %s of %s was no longer ours when leaving", node, cluster)
                     return
-                left = _json(advertise=lease.member.advertise, weight=lease.member.weight,
-                             holder=lease.holder, incarnation=lease.epoch, state="left")
+                left = fk.encode_record(advertise=lease.member.advertise,
+                                        weight=lease.member.weight, holder=lease.holder,
+                                        incarnation=lease.epoch, state="left")
                 tx = conn.client.transaction()
                 tx.delete(mpath, version=live[1].version)
-                if entry is None:
-                    tx.create(rpath, left)
-                else:
-                    tx.set_data(rpath, left, version=entry[1].version)
+                _write_roster(tx, rpath, entry, left)
                 if not any(isinstance(r, Exception) for r in conn.commit(tx)):
                     log.info("left cluster %s as %s (incarnation %d)", cluster, node,
                              lease.epoch)
                     return
         except ZK_ERRORS as exc:
             raise self._error(f"leaving as {node!r}", exc) from None
-        raise BackendError(f"cluster membership in {self.where}: leaving as {node!r} lost "
-                           f"{_RACES} version races; its session ends it anyway")
-
-    @staticmethod
-    def _cluster_of(lease: MemberLease) -> str:
-        if not lease.cluster:
-            raise ValueError(f"member {lease.member.node!r}: the lease names no cluster "
-                             "(it was not made by a join)")
-        return lease.cluster
+        raise fk.BackendError(f"cluster membership in {self.where}: leaving as {node!r} lost "
+                              f"{_RACES} version races; its session ends it anyway")
 
     def close(self) -> None:
         """End the session (its member znodes go with it); idempotent."""
@@ -488,11 +428,11 @@ class ZkMembership:
             conn.close()
 
     # -- view half -------------------------------------------------------------------------
-    def members(self, cluster: str) -> list[MemberInfo]:
+    def members(self, cluster: str) -> list[fk.MemberInfo]:
         """Every roster entry and live member znode of ``cluster``: alive / draining (a
         live znode), left (a clean leave), lapsed (the session ended without one)."""
-        check_key_segment("cluster", cluster)
-        base = self._base(cluster)
+        fk.check_key_segment("cluster", cluster)
+        base = self.keys.base(cluster)
         try:
             conn = self._connect()
             names = set()
@@ -510,54 +450,50 @@ class ZkMembership:
         for i, node in enumerate(nodes):
             live, entry = got[2 * i], got[2 * i + 1]
             if live is not None:
-                raw = _load(live[0])
+                raw = fk.decode_record(live[0])
                 state = "draining" if raw.get("state") == "draining" else "alive"
                 # ZooKeeper does not say how long a live session has left: at most its
                 # timeout after the holder's last contact
                 session_ms = int(raw.get("session_ms", 0))
-                out.append(MemberInfo(_member_of(node, raw), state, str(raw.get("holder", "")),
-                                      int(live[1].czxid), session_ms, session_ms,
-                                      version=int(live[1].version),
-                                      config_digest=str(raw.get("config_digest", ""))))
+                out.append(fk.MemberInfo(fk.member_of(node, raw), state, str(raw.get("holder", "")),
+                                         int(live[1].czxid), session_ms, session_ms,
+                                         version=int(live[1].version),
+                                         config_digest=str(raw.get("config_digest", ""))))
             elif entry is not None:
-                raw = _load(entry[0])
+                raw = fk.decode_record(entry[0])
                 left = raw.get("state") == "left"
                 incarnation = int(raw.get("incarnation") or 0) if left else int(entry[1].mzxid)
-                out.append(MemberInfo(_member_of(node, raw), "left" if left else "lapsed",
-                                      str(raw.get("holder", "")), incarnation, 0))
+                out.append(fk.MemberInfo(fk.member_of(node, raw), "left" if left else "lapsed",
+                                         str(raw.get("holder", "")), incarnation, 0))
         return out
 
-    def view(self, cluster: str) -> View:
+    def view(self, cluster: str) -> fk.View:
         """The stored view; ``View(cluster, 0, ())`` before the first proposal."""
-        check_key_segment("cluster", cluster)
+        fk.check_key_segment("cluster", cluster)
         try:
-            got = self._gets(self._connect(), [self._view_path(cluster)])[0]
+            got = self._gets(self._connect(), [self.keys.view(cluster)])[0]
         except ZK_ERRORS as exc:
             raise self._error(f"reading the view of {cluster!r}", exc) from None
         return self._view_of(cluster, got)
 
     @staticmethod
-    def _view_of(cluster: str, got: tuple[bytes, ZnodeStat] | None) -> View:
+    def _view_of(cluster: str, got: tuple[bytes, ZnodeStat] | None) -> fk.View:
         if got is None:
-            return View(cluster, 0, ())
-        raw = _load(got[0])
-        members = tuple(_member_of(str(e["node"]), e) for e in raw.get("members", ()))
-        return View(cluster, int(raw.get("epoch", 0)), members, int(got[1].mtime))
+            return fk.View(cluster, 0, ())
+        raw = fk.decode_record(got[0])
+        members = fk.view_members(raw.get("members"))
+        return fk.View(cluster, int(raw.get("epoch", 0)), members, int(got[1].mtime))
 
     def propose(self, cluster: str, seen_epoch: int,
-                members: Sequence[Member]) -> View | None:
+                members: Sequence[fk.Member]) -> fk.View | None:
         """Compare-and-set: write ``seen_epoch + 1`` only if the view znode still holds
         ``seen_epoch`` at the version read (the first view: create, one of two racing
         creates wins); the new view, or None when someone else moved it first."""
-        check_key_segment("cluster", cluster)
-        if isinstance(seen_epoch, bool) or not isinstance(seen_epoch, int) or not (
-                0 <= seen_epoch < 2**63 - 1):
-            raise ValueError(f"seen_epoch must be an integer from 0 to 2**63 - 2, got "
-                             f"{seen_epoch!r}")
-        ordered = _check_members(members)
-        data = _json(epoch=seen_epoch + 1, members=[
-            {"node": m.node, "advertise": m.advertise, "weight": m.weight} for m in ordered])
-        path = self._view_path(cluster)
+        fk.check_key_segment("cluster", cluster)
+        fk.check_seen_epoch(seen_epoch)
+        ordered = fk.proposed_members(members, fk.check_key_segment)
+        data = fk.encode_record(epoch=seen_epoch + 1, members=fk.view_entries(ordered))
+        path = self.keys.view(cluster)
         try:
             conn = self._connect()
             if seen_epoch == 0:
@@ -567,7 +503,7 @@ class ZkMembership:
                     return None
             else:
                 got = self._gets(conn, [path])[0]
-                if got is None or int(_load(got[0]).get("epoch", 0)) != seen_epoch:
+                if got is None or int(fk.decode_record(got[0]).get("epoch", 0)) != seen_epoch:
                     return None
                 try:
                     stat = conn.call("set", path, data, version=got[1].version)
@@ -576,27 +512,26 @@ class ZkMembership:
         except ZK_ERRORS as exc:
             raise self._error(f"proposing epoch {seen_epoch + 1} of {cluster!r}",
                               exc) from None
-        view = View(cluster, seen_epoch + 1, tuple(ordered), int(stat.mtime))
-        log.info("cluster %s: view epoch %d -> %d (%s)", cluster, seen_epoch, view.epoch,
-                 ", ".join(view.nodes()) or "no members")
+        view = fk.View(cluster, seen_epoch + 1, tuple(ordered), int(stat.mtime))
+        fk.log_view_change(log, cluster, seen_epoch, view)
         return view
 
     def set_draining(self, cluster: str, node: str, draining: bool) -> bool:
         """Mark a live member as draining (or alive again) in its znode's data, by
         version; False if no live member has that node id."""
-        check_key_segment("cluster", cluster)
-        check_key_segment("node", node)
-        path = self._member_path(cluster, node)
+        fk.check_key_segment("cluster", cluster)
+        fk.check_key_segment("node", node)
+        path = self.keys.member(cluster, node)
         try:
             conn = self._connect()
             for _ in range(_RACES):
                 got = self._gets(conn, [path])[0]
                 if got is None:
                     return False
-                raw = _load(got[0])
+                raw = fk.decode_record(got[0])
                 raw["state"] = "draining" if draining else "alive"
                 try:
-                    conn.call("set", path, _json(**raw), version=got[1].version)
+                    conn.call("set", path, fk.encode_record(**raw), version=got[1].version)
                     return True
                 except BadVersionError:
                     continue
@@ -604,8 +539,8 @@ class ZkMembership:
                     return False
         except ZK_ERRORS as exc:
             raise self._error(f"marking {node!r} as draining", exc) from None
-        raise BackendError(f"cluster membership in {self.where}: marking {node!r} as "
-                           f"draining lost {_RACES} version races; retry")
+        raise fk.BackendError(f"cluster membership in {self.where}: marking {node!r} as "
+                              f"draining lost {_RACES} version races; retry")
 
     def watch_view(self, cluster: str, callback: Callable[[], None] | None) -> None:
         """A data watch on the view znode as a hint: ``callback()`` (from kazoo's thread)
@@ -613,7 +548,7 @@ class ZkMembership:
         the view moved while it was not armed (between an event and its re-arming, or
         while the connection was down: it is armed again once connected). None stops it.
         Safety never rests on it: renewals re-read the epoch."""
-        check_key_segment("cluster", cluster)
+        fk.check_key_segment("cluster", cluster)
         with self._lock:
             if callback is None:
                 self._watches.pop(cluster, None)
@@ -633,7 +568,7 @@ class ZkMembership:
             self._watch_seen.pop(cluster, None)
         try:
             self._connect()
-        except BackendError as exc:   # armed once connected (the state listener)
+        except fk.BackendError as exc:   # armed once connected (the state listener)
             log.warning("cluster %s: view watch not armed yet: %s", cluster, exc)
             return
         self._arm(cluster)
@@ -647,7 +582,7 @@ class ZkMembership:
             return
         gen = entry[0]
         try:
-            result = conn.client.exists_async(self._view_path(cluster), watch=entry[2])
+            result = conn.client.exists_async(self.keys.view(cluster), watch=entry[2])
         except ZK_ERRORS as exc:  # pragma: no cover - re-armed on the next CONNECTED
             log.warning("cluster %s: arming the view watch failed: %s", cluster, exc)
             return

@@ -10,7 +10,8 @@ or timeout is BackendError.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kazoo.client import KazooState
@@ -22,7 +23,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, LeaseLostError
+from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, KvStoreBase, LeaseLostError
 from flakekit_zookeeper.client import ZK_ERRORS, ZkConnection
 
 __all__ = ["ZkStore"]
@@ -36,7 +37,7 @@ def _entry(data: bytes, stat: Any) -> KvEntry:
     return KvEntry(data, stat.version, stat.mtime, stat.ephemeralOwner or None)
 
 
-class ZkStore:
+class ZkStore(KvStoreBase):
     """One kazoo client (made on :meth:`connect`, dropped on :meth:`close`)."""
 
     kind = "ZooKeeper"
@@ -48,7 +49,6 @@ class ZkStore:
         self.session_timeout_s = session_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.conn: ZkConnection | None = None
-        self._listener: Callable[[str], None] | None = None
 
     # -- session ---------------------------------------------------------------------------
     def connect(self) -> None:
@@ -67,11 +67,8 @@ class ZkStore:
 
     def _on_state(self, state: str) -> None:
         kind = _STATES.get(state)
-        if kind is not None and self._listener is not None:
-            self._listener(kind)
-
-    def listen(self, callback: Callable[[str], None]) -> None:
-        self._listener = callback
+        if kind is not None:
+            self._tell(kind)
 
     @property
     def session_id(self) -> int | None:
@@ -102,15 +99,22 @@ class ZkStore:
             raise BackendError(f"the ZooKeeper client for {self.hosts} was closed")
         return self.conn
 
-    def _call(self, method: str, *args: Any, timeout: float | None = None, **kw: Any) -> Any:
+    @contextlib.contextmanager
+    def _translated(self) -> Iterator[None]:
+        """kazoo's errors as the interface's: an expired session is LeaseLostError, a
+        failed condition stays itself, anything else is BackendError."""
         try:
-            return self._conn().call(method, *args, timeout=timeout, **kw)
+            yield
         except SessionExpiredError as exc:
             raise LeaseLostError(f"the ZooKeeper session expired: {exc!r}") from None
         except _CONDITIONS:
             raise
         except ZK_ERRORS as exc:
             raise BackendError(f"{self.where}: {exc!r}") from None
+
+    def _call(self, method: str, *args: Any, timeout: float | None = None, **kw: Any) -> Any:
+        with self._translated():
+            return self._conn().call(method, *args, timeout=timeout, **kw)
 
     def now_ms(self, key: str) -> int:
         """ZooKeeper's time (the leader's clock), read by writing ``key``."""
@@ -138,19 +142,15 @@ class ZkStore:
 
     def get_many(self, keys: Sequence[str]) -> dict[str, KvEntry]:
         zk = self._conn().client
-        try:
+        found = {}
+        with self._translated():
             pending = {key: zk.get_async(key) for key in keys}
-            found = {}
             for key, res in pending.items():
                 try:
                     data, stat = res.get(timeout=self.connect_timeout_s)
                 except NoNodeError:
                     continue
                 found[key] = _entry(data, stat)
-        except SessionExpiredError as exc:
-            raise LeaseLostError(f"the ZooKeeper session expired: {exc!r}") from None
-        except ZK_ERRORS as exc:
-            raise BackendError(f"{self.where}: {exc!r}") from None
         return found
 
     def put(self, key: str, data: bytes, version: int,
@@ -170,12 +170,8 @@ class ZkStore:
                 tx.set_data(op.key, op.data, version=-1 if op.version is None else op.version)
             else:
                 tx.delete(op.key, version=-1 if op.version is None else op.version)
-        try:
+        with self._translated():
             results = conn.commit(tx, timeout=timeout)
-        except SessionExpiredError as exc:
-            raise LeaseLostError(f"the ZooKeeper session expired: {exc!r}") from None
-        except ZK_ERRORS as exc:
-            raise BackendError(f"{self.where}: {exc!r}") from None
         if any(isinstance(r, Exception) for r in results):
             return None   # all or nothing: a condition failed (or the session is gone)
         # create answers the path, delete True: a created znode has version 0
