@@ -577,7 +577,8 @@ class TestSegmentService:
 
         store = SqlSegmentStore(create_engine(sqlite_url))
         store.create("a", 10)
-        with SegmentService(store, unknown_ttl=0.05) as service:
+        clock = ManualClock()   # the unknown-key memory runs on the injected clock
+        with SegmentService(store, unknown_ttl=0.05, clock=clock) as service:
             assert service.keys() == ["a"]
             assert service.next_id("a") == 1
             with pytest.raises(UnknownKeyError, match="flakekit segments create b"):
@@ -585,7 +586,7 @@ class TestSegmentService:
             store.create("b", 10, start=500)
             with pytest.raises(UnknownKeyError):  # remembered as unknown for a moment
                 service.next_id("b")
-            time.sleep(0.06)
+            clock.advance(0.06)
             assert service.next_id("b") == 500
             assert set(service.stats()) == {"a", "b"}
         store.engine.dispose()

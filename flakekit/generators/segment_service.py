@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import threading
-import time
 from typing import TYPE_CHECKING
 
 import attrs
@@ -167,10 +166,10 @@ class SegmentService(StartsInWith):
                                       "only by that counter's generator)")
             if key not in self._known:
                 until = self._unknown.get(key)
-                if until is not None and time.monotonic() < until:
+                if until is not None and self.clock.monotonic_ns() / 1e9 < until:
                     raise UnknownKeyError(key)
                 if not self.store.exists(key):
-                    now = time.monotonic()
+                    now = self.clock.monotonic_ns() / 1e9
                     if len(self._unknown) >= _UNKNOWN_MAX:  # keep memory bounded
                         self._unknown = {k: t for k, t in self._unknown.items() if t > now}
                         if len(self._unknown) >= _UNKNOWN_MAX // 2:
