@@ -80,7 +80,7 @@ else
 fi
 install_into "${venvs[0]}" "${pythons[0]}" "${TEST_EXTRAS:-test}"
 
-# the other venvs install meanwhile, at the lowest CPU priority (each into a venv of its
+# the other venvs install meanwhile, at the lowest CPU and I/O priority (each into a venv of its
 # own: the editable installs write nothing into the source tree, hatchling); a lane that
 # needs one waits for $work/installed-I, which holds pip's exit status
 install_later() {  # index
@@ -93,10 +93,14 @@ await_install() {  # index: its log printed; succeeds if the install did
   cat "$work/install-$1.log" >&2
   [ "$(cat "$work/installed-$1")" = 0 ]
 }
+lowest_priority() {  # this (sub)shell and what it starts: nice 19, the lowest best-effort I/O
+  renice -n 19 -p "$BASHPID" >/dev/null
+  ionice -c 2 -n 7 -p "$BASHPID" 2>/dev/null || true
+}
 later=()
 for i in "${!venvs[@]}"; do
   if [ "$i" -gt 0 ]; then
-    (renice -n 19 -p "$BASHPID" >/dev/null; install_later "$i") &
+    (lowest_priority; install_later "$i") &
     later+=($!)
   fi
 done
@@ -129,10 +133,10 @@ fi
 # marked `slow_parallel` (no timing margin at stake: wheel builds, processes racing for
 # ids) run two at a time, then the other `slow` drills (real processes, kill -9, SIGSTOP
 # past a lease, timeouts) alone, one at a time, as ever. Beside those two (TEST_OVERLAP=1,
-# the default), at nice 19 so the drills keep the CPU whenever they want it, one after
-# another: the first interpreter's `not slow` lane, each other interpreter's (once its
-# venv is installed) and TEST_ALONGSIDE; their output follows the drills'. Each run prints
-# its 15 slowest tests, and the end the 15 slowest of all of them.
+# the default), at nice 19 and the lowest best-effort I/O priority so the drills keep the
+# CPU whenever they want it, one after another: the first interpreter's `not slow` lane,
+# each other interpreter's (once its venv is installed) and TEST_ALONGSIDE; their output
+# follows the drills'. Each run prints its 15 slowest tests, the end the 15 slowest of all.
 # TEST_WORKERS=0, or an -m or -n among the arguments, makes it one plain pytest run per
 # interpreter, one after another.
 workers=${TEST_WORKERS:-3}
@@ -185,7 +189,7 @@ alongside() {
   fi
 }
 beside() {  # what runs beside the first interpreter's slow drills (at nice 19)
-  renice -n 19 -p "$BASHPID" >/dev/null
+  lowest_priority
   lane "$(label_of 0 "not slow, $workers processes")" "${venvs[0]}" -m "not slow" -n "$workers" "$@"
   local i
   for i in "${!venvs[@]}"; do
