@@ -50,13 +50,14 @@ venv_for() {  # the README's .venv is 3.11's; other versions get their own
 
 install_into() {  # venv interpreter [extras of flakekit]
   local venv=$1 python=$2 extras=${3:-test}
-  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+  [ -x "$venv/bin/python" ] || "$python" -m venv "$venv" || return   # (set -e is off
+  # in install_later's `||`: each step says itself that it failed)
   local pkgs=(-e ".[$extras]")
   for plugin in plugins/*/; do
     [ -f "$plugin/pyproject.toml" ] && pkgs+=(-e "${plugin%/}[test]")
   done
   local started=$SECONDS
-  bash scripts/pip-install.sh "$venv" "${pkgs[@]}"
+  bash scripts/pip-install.sh "$venv" "${pkgs[@]}" || return
   echo "test.sh: $venv ready (Python $(version_of "$venv/bin/python"), $((SECONDS - started)) s)" >&2
 }
 
@@ -78,7 +79,6 @@ else
     pythons+=("$python")
   done
 fi
-install_into "${venvs[0]}" "${pythons[0]}" "${TEST_EXTRAS:-test}"
 
 # the other venvs install meanwhile, at the lowest CPU and I/O priority (each into a venv of its
 # own: the editable installs write nothing into the source tree, hatchling); a lane that
@@ -106,25 +106,34 @@ for i in "${!venvs[@]}"; do
 done
 cleanups+=('kill "${later[@]}" 2>/dev/null')
 
-# -- services, once ----------------------------------------------------------------------
-bash scripts/services.sh
-for setup in scripts/install-*.sh plugins/*/scripts/install-*.sh; do
-  # e.g. Debian's chromium for the monitor-page test, systemd-analyze for tests/test_deploy.py
-  [ -f "$setup" ] && bash "$setup"
-done
-if [ -f scripts/zookeeper.sh ]; then
-  cleanups+=('bash scripts/zookeeper.sh stop >/dev/null 2>&1')
-  bash scripts/zookeeper.sh start
-  # shellcheck disable=SC1091
-  . "${FLAKEKIT_SVC_DIR:-/tmp/flakekit-svc}/env"
-  export ZK_HOSTS ZK_ENSEMBLE_HOSTS
+# -- services, once, while the first venv installs ----------------------------------------
+services() {
+  bash scripts/services.sh
+  local setup
+  for setup in scripts/install-*.sh plugins/*/scripts/install-*.sh; do
+    # e.g. Debian's chromium for the monitor-page test, systemd-analyze for tests/test_deploy.py
+    if [ -f "$setup" ]; then bash "$setup"; fi
+  done
+  if [ -f scripts/zookeeper.sh ]; then bash scripts/zookeeper.sh start; fi
+  # after ZooKeeper: its start rewrites the env file
+  if [ -f scripts/etcd.sh ]; then bash scripts/etcd.sh start; fi
+}
+[ -f scripts/zookeeper.sh ] && cleanups+=('bash scripts/zookeeper.sh stop >/dev/null 2>&1')
+[ -f scripts/etcd.sh ] && cleanups+=('bash scripts/etcd.sh stop >/dev/null 2>&1')
+services >"$work/services.log" 2>&1 &
+svc=$!
+install_into "${venvs[0]}" "${pythons[0]}" "${TEST_EXTRAS:-test}"
+svc_rc=0
+wait "$svc" || svc_rc=$?
+cat "$work/services.log" >&2
+if [ "$svc_rc" != 0 ]; then
+  echo "test.sh: setting up the services failed (exit $svc_rc); see above" >&2
+  exit "$svc_rc"
 fi
-if [ -f scripts/etcd.sh ]; then   # after ZooKeeper: its start rewrites the env file
-  cleanups+=('bash scripts/etcd.sh stop >/dev/null 2>&1')
-  bash scripts/etcd.sh start
+if [ -f "${FLAKEKIT_SVC_DIR:-/tmp/flakekit-svc}/env" ]; then
   # shellcheck disable=SC1091
   . "${FLAKEKIT_SVC_DIR:-/tmp/flakekit-svc}/env"
-  export ETCD_ENDPOINTS ETCD_CLUSTER_ENDPOINTS
+  export ZK_HOSTS ZK_ENSEMBLE_HOSTS ETCD_ENDPOINTS ETCD_CLUSTER_ENDPOINTS
 fi
 
 # -- the suite, per interpreter ----------------------------------------------------------
