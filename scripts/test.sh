@@ -180,6 +180,7 @@ label_of() {  # index [what]
 }
 run_other() {  # index: that interpreter's lane, once its venv is installed
   local i=$1 mark
+  shift
   mark=$(mark_of "$i")
   if ! await_install "$i"; then
     failed "$(label_of "$i" "pip install")"
