@@ -48,6 +48,11 @@ SLOW_PARALLEL = (
     "tests/test_strategies.py",
     "tests/test_segment_fetch_pool.py",           # counts threads
     "tests/test_sql_drills.py::TestManyProcesses",  # processes racing for ids, no deadline
+    "tests/test_release_force.py",                # kill -9, release --force: no deadline
+    "tests/test_segment_drills.py::TestProcesses",  # processes on one key; kill -9: no deadline
+    "plugins/flakekit-server/tests/test_server_load.py",   # 1M IDs: counts, no deadline
+    # kill -9 of a client at the 1 h lease: nothing waits for a lease to run out
+    "plugins/flakekit-server/tests/test_http_leases.py::test_kill_9_the_client_at_the_defaults",
     "plugins/flakekit-etcd/tests/test_etcd_drills.py::test_many_processes_get_distinct_ids",
     "plugins/flakekit-zookeeper/tests/test_zk_leaf_clock.py",   # refusals at start
 )

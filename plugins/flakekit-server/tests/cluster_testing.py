@@ -44,13 +44,16 @@ STRICT_KEY = "order"
 
 def cluster_config(path: Path, url: str, *, name: str = "drill",
                    strict: dict[str, str] | None = None, node_keys: dict[str, str] | None = None,
-                   cluster_extra: str = "", membership: str | None = None) -> Path:
+                   cluster_extra: str = "", membership: str | None = None,
+                   backend_extra: str = "") -> Path:
     """``[cluster]`` on the SQL membership of backend ``main`` (or ``membership``, the
     TOML inline table of another store), strict segment
     generators (generator -> key, default ``orders`` -> ``order``) and plain (per-node)
-    ones (default ``invoices`` -> ``invoice``). Default lease and hand-off settings."""
+    ones (default ``invoices`` -> ``invoice``). Default lease and hand-off settings
+    (``cluster_extra`` and ``backend_extra``: more lines of ``[cluster]`` and of the
+    backend)."""
     membership = membership or '{ type = "sql", backend = "main" }'
-    text = (f'[backends.main]\nurl = "{url}"\n\n[cluster]\nname = "{name}"\n'
+    text = (f'[backends.main]\nurl = "{url}"\n{backend_extra}\n[cluster]\nname = "{name}"\n'
             f'membership = {membership}\n{cluster_extra}\n')
     for gen, key in (strict if strict is not None else {"orders": STRICT_KEY}).items():
         text += (f'[generators.{gen}]\nstrategy = "segment"\norder = "strict"\n'
@@ -175,9 +178,21 @@ class Node:
 class Cluster:
     """N nodes of one cluster (see the module docstring); ``stop()`` ends them all."""
 
-    def __init__(self, tmp: Path, url: str, n: int = 3, workers: int = 1,
+    def __init__(self, tmp: Path, url: str, n: int = 3, workers: int = 1, *,
+                 lease_s: float | None = None, statement_timeout_s: float | None = None,
                  **config: Any) -> None:
         self.tmp = tmp
+        #: the nodes' membership lease and reply limit (statement_timeout + 5 s), in s: the
+        #: defaults (10 s, 35 s) unless ``lease_s``/``statement_timeout_s`` set them; drills
+        #: scale their waits by these
+        self.lease_s = 10.0 if lease_s is None else lease_s
+        self.reply_s = (30.0 if statement_timeout_s is None else statement_timeout_s) + 5.0
+        if lease_s is not None:
+            config["cluster_extra"] = f'lease = "{lease_s:g}s"\n' + config.get(
+                "cluster_extra", "")
+        if statement_timeout_s is not None:
+            config["backend_extra"] = (f'statement_timeout = "{statement_timeout_s:g}s"\n'
+                                       + config.get("backend_extra", ""))
         self.url = url
         #: ``serve --workers`` of every node (each process a member of its own)
         self.workers = workers

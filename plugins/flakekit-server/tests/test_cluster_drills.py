@@ -1,6 +1,9 @@
 """Fault drills of cluster mode (issue 12 item 8) on real processes: three `flakekit serve`
 nodes on loopback, one PostgreSQL database, each node behind its own TCP proxy to it, the
-DEFAULT cluster settings (lease 10 s, handoff_wait 2 s, debounce 0.5 s).
+DEFAULT cluster settings (lease 10 s, handoff_wait 2 s, debounce 0.5 s, statement_timeout
+30 s): these are the default-settings drills of each property; test_cluster_drills_workers.py
+runs them again on a shorter lease and reply limit (every wait here scales with
+``cluster.lease_s`` and ``cluster.reply_s``).
 
 Every drill records (start, end, id) of every answer its clients saw and asserts I1 (no
 ID twice) and I2 (an answer to a request that started after another ended is larger);
@@ -47,7 +50,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.services]
 TICKET = "ticket"
 #: a strict key with a huge step: the owner's memory outlasts any lease
 STOCK = "stock"
-LEASE_S = 10.0   # the default lease the nodes run with
 LEAF = f"/api/segment/get/{STRICT_KEY}"
 
 #: every answer for STRICT_KEY any drill saw (checked together at the end)
@@ -61,15 +63,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     yield from drill_cluster(tmp_path_factory, workers=1)
 
 
-def drill_cluster(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Iterator[Cluster]:
-    """Three nodes (default settings) on a fresh database; strict keys ``order`` (step
-    20), ``ticket`` (step 5) and ``stock`` (step 1,000,000). With ``workers`` > 1 every
-    node is ``serve --workers N`` (each process a member ``NODE.i``: a drill's "node" is
-    then all of its processes)."""
+def drill_cluster(tmp_path_factory: pytest.TempPathFactory, workers: int,
+                  lease_s: float | None = None,
+                  statement_timeout_s: float | None = None) -> Iterator[Cluster]:
+    """Three nodes (default settings unless ``lease_s``/``statement_timeout_s`` say) on a
+    fresh database; strict keys ``order`` (step 20), ``ticket`` (step 5) and ``stock``
+    (step 1,000,000). With ``workers`` > 1 every node is ``serve --workers N`` (each
+    process a member ``NODE.i``: a drill's "node" is then all of its processes)."""
     HISTORY.clear()   # one history per cluster
     for url in fresh_pg():
         create_keys(url, {STRICT_KEY: 20, TICKET: 5, STOCK: 1_000_000, "invoice": 100})
-        made = Cluster(tmp_path_factory.mktemp("drills"), url, 3, workers,
+        made = Cluster(tmp_path_factory.mktemp("drills"), url, 3, workers, lease_s=lease_s,
+                       statement_timeout_s=statement_timeout_s,
                        strict={"orders": STRICT_KEY, "tickets": TICKET, "stocks": STOCK})
         try:
             made.start()
@@ -252,7 +257,7 @@ def test_drain_moves_keys_without_lease_wait(cluster):
     drained = unavailable_ms([r for r in records if r.start < t_undo], t_drain)
     undone = unavailable_ms(records, t_undo)
     print(f"\nDRILL 3 drain: {owner.name} -> {new.name} unavailable {drained} ms, --undo "
-          f"{new.name} -> {owner.name} unavailable {undone} ms (lease {LEASE_S:g} s never "
+          f"{new.name} -> {owner.name} unavailable {undone} ms (lease {cluster.lease_s:g} s never "
           f"waited); {len(records)} answers, {sum(r.status == 503 for r in records)} 503s")
 
 
@@ -428,13 +433,13 @@ def test_owner_paused_right_after_a_renewal_never_serves_after_the_takeover(clus
         try:
             with engine.connect() as conn:
                 seen = conn.execute(query, {"n": member}).scalar()
-                give_up = time.monotonic() + 3 * LEASE_S
+                give_up = time.monotonic() + 3 * cluster.lease_s
                 while time.monotonic() < give_up:
                     conn.rollback()   # a fresh snapshot each read (MariaDB's REPEATABLE READ)
                     if conn.execute(query, {"n": member}).scalar() != seen:
                         return
                     time.sleep(0.002)
-                raise AssertionError(f"no renewal of {member} in {3 * LEASE_S:g} s")
+                raise AssertionError(f"no renewal of {member} in {3 * cluster.lease_s:g} s")
         finally:
             engine.dispose()
 
@@ -545,7 +550,7 @@ def test_store_cut_for_owner_then_back(cluster, fault):
                   and (r.epoch or 0) <= old_epoch]
     assert served_cut, "the owner served nothing from memory after the fault"
     last_served = max(r.start for r in served_cut)
-    assert last_served < t_cut + LEASE_S * 1e9, "served past its member deadline"
+    assert last_served < t_cut + cluster.lease_s * 1e9, "served past its member deadline"
     refused = [r for r in cut_records if r.id is None and last_served < r.start < t_heal]
     assert refused and all(r.status == 503 and r.retry_after for r in refused)
     assert {r.code for r in refused} <= {"cluster_unavailable", "key_moving"}, \
@@ -646,23 +651,24 @@ def test_black_holed_node_rejoins_after_the_heal(cluster):
     tcp_user_timeout never fire), then let through again WITHOUT resetting the
     connections. The request in flight when the stall began never gets an answer; it
     fails once none came for the reply limit (statement_timeout 30 s + 5 s, the
-    defaults), its connection is given up, and the node renews its membership on a new
-    one. It failed before that limit: libpq has no read timeout, so the renewal thread
-    blocked for ever and the node stayed out of the cluster (safe: only 503s). Last
-    drill of the module: the owner is killed (-9) at the end."""
+    defaults: ``cluster.reply_s``), its connection is given up, and the node renews its
+    membership on a new one. It failed before that limit: libpq has no read timeout, so
+    the renewal thread blocked for ever and the node stayed out of the cluster (safe:
+    only 503s). Last drill of the module: the owner is killed (-9) at the end."""
     owner = settled(cluster, STOCK)
     owner.proxy.stall()
     stalled = time.monotonic()
-    deadline = stalled + 30
+    deadline = stalled + 3 * cluster.lease_s
     while time.monotonic() < deadline and owner.get(f"/api/segment/get/{STOCK}")[0] == 200:
         time.sleep(0.2)   # serving from memory until its member deadline
     time.sleep(1.0)
     owner.proxy.unstall()
     age_ms = -1.0
     try:
-        # the stuck request fails 35 s after it was sent (at most a renewal interval after
-        # the stall began); then a renewal or two on a new connection
-        while time.monotonic() < stalled + 35 + 3.3 + 20:
+        # the stuck request fails a reply limit (35 s) after it was sent (at most a
+        # renewal interval, a third of the lease, after the stall began); then a renewal
+        # or two on a new connection
+        while time.monotonic() < stalled + cluster.reply_s + cluster.lease_s / 3 + 20:
             age_ms = max(float(cluster.sql(   # every process of the node renewed
                 "SELECT extract(epoch FROM now() - last_seen) * 1000 FROM flakekit_members "
                 "WHERE node = :n", n=m)[0][0]) for m in owner.members)

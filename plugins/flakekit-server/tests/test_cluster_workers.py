@@ -33,6 +33,10 @@ from server_testing import Server, run_cli
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
 WORKERS = 2
+#: the kill drills here wait out a lease; test_cluster_serve.py's
+#: test_harness_owner_killed_key_moves_on is the default-settings (10 s) kill drill, so
+#: these run on half of it (every margin is a share of the lease)
+SHORT_LEASE_S = 5.0
 
 
 def in_lease(cluster: Cluster, records: list[Record]) -> None:
@@ -116,7 +120,7 @@ def test_owner_process_killed_is_restarted_and_the_key_moves_safely(start_cluste
     as the same member (refused while its old lease is current, then incarnation + 1),
     the key moves to another member after the lease, and the clients saw no duplicate,
     no step back, no answer from a deposed process."""
-    cluster = start_cluster(2, workers=WORKERS)
+    cluster = start_cluster(2, workers=WORKERS, lease_s=SHORT_LEASE_S)
     owner = cluster.wait_agreed()["owners"][STRICT_KEY]
     node = cluster.node(owner)
     before = Recorder(cluster.running(), clients=3).run(15)
@@ -148,7 +152,7 @@ def test_whole_node_killed_then_restarted(start_cluster):
     """kill -9 every process of the owner's node: the other node's members take the
     key after the lease; the node restarted reclaims its own member ids (incarnation
     + 1), and the IDs continue above everything served."""
-    cluster = start_cluster(2, workers=WORKERS)
+    cluster = start_cluster(2, workers=WORKERS, lease_s=SHORT_LEASE_S)
     owner = cluster.node(cluster.wait_agreed()["owners"][STRICT_KEY])
     other = cluster.others(owner)[0]
     before = Recorder(cluster.running(), clients=3).run(15)
