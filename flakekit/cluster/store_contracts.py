@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from flakekit.leases.lease import LeaseSource
 from flakekit.values.allocation import Allocation
 from flakekit.values.cluster import Member, MemberInfo, View
 
@@ -142,7 +143,7 @@ def proposed_members(members: Sequence[Member],
 
 
 @runtime_checkable
-class Membership(Protocol):
+class Membership(LeaseSource[JoinRequest, MemberLease], Protocol):
     """A node lease per member and one versioned view per cluster.
 
     Lease-source half (used by the keeper): ``renew_interval`` (≤ lease/3), ``acquire``
@@ -179,19 +180,13 @@ class Membership(Protocol):
     """
 
     @property
-    def renew_interval(self) -> float | None: ...
-    @property
     def where(self) -> str: ...
 
-    def acquire(self, request: JoinRequest) -> MemberLease: ...
-    def renew(self, lease: MemberLease, mark: int) -> MemberLease: ...
-    def release(self, lease: MemberLease, mark: int) -> None: ...
     def members(self, cluster: str) -> list[MemberInfo]: ...
     def view(self, cluster: str) -> View: ...
     def propose(self, cluster: str, seen_epoch: int, members: Sequence[Member]) -> View | None: ...
     def set_draining(self, cluster: str, node: str, draining: bool) -> bool: ...
     def watch_view(self, cluster: str, callback: Callable[[], None] | None) -> None: ...
-    def close(self) -> None: ...
 
 
 @runtime_checkable

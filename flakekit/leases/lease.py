@@ -217,19 +217,12 @@ class WorkerRecord:
 
 
 @runtime_checkable
-class WorkerAllocator(Protocol):
+class WorkerAllocator(LeaseSource[LeaseRequest, WorkerLease], Protocol):
     """What a worker-id allocator plugin returns: a :class:`LeaseSource` of
     :class:`WorkerLease` (same rules) that also lists its registry.
 
-    ``issued_until_ns`` is the wall instant up to which IDs were issued (to persist).
-    Optional: :class:`Pushes` (``watch(callback)``).
+    The ``mark`` of ``renew`` and ``release`` is ``issued_until_ns``, the wall instant up
+    to which IDs were issued (to persist). Optional: :class:`Pushes` (``watch(callback)``).
     """
 
-    @property
-    def renew_interval(self) -> float | None: ...
-
-    def acquire(self, request: LeaseRequest) -> WorkerLease: ...
-    def renew(self, lease: WorkerLease, issued_until_ns: int) -> WorkerLease: ...
-    def release(self, lease: WorkerLease, issued_until_ns: int) -> None: ...
     def records(self) -> list[WorkerRecord]: ...
-    def close(self) -> None: ...
