@@ -29,9 +29,7 @@ from flakekit.cluster.store_contracts import (
     ServeShare,
     lapse_wait_ns,
 )
-from flakekit.errors import (
-    FlakekitError,
-)
+from flakekit.errors import FlakekitError
 from flakekit.generators.periodic import PeriodicSegment, build_key_generator
 from flakekit.generators.segment import SegmentGenerator
 from flakekit.values.cluster import MemberInfo

@@ -36,9 +36,7 @@ import time
 from typing import Any
 
 from flakekit.cluster.agreement import config_digest, disagreement
-from flakekit.cluster.key_state import (
-    StrictKey,
-)
+from flakekit.cluster.key_state import StrictKey
 from flakekit.cluster.member_lease import MemberEvents, MemberSource, MemberTarget
 from flakekit.cluster.node_state import Matcher
 from flakekit.cluster.proposer import Proposer

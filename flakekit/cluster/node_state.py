@@ -15,25 +15,12 @@ import logging
 import threading
 from collections.abc import Callable
 
-from flakekit.cluster.key_state import (
-    IDLE,
-    NOT_SERVED,
-    OWNED,
-    RELEASING,
-    StrictKey,
-)
+from flakekit.cluster.key_state import IDLE, NOT_SERVED, OWNED, RELEASING, StrictKey
 from flakekit.cluster.member_lease import MemberTarget
 from flakekit.cluster.proposer import Proposer
 from flakekit.cluster.settings import ClusterSettings
-from flakekit.cluster.store_contracts import (
-    KeyFence,
-    MemberLease,
-    Membership,
-    lapse_wait_ns,
-)
-from flakekit.errors import (
-    ClusterUnavailableError,
-)
+from flakekit.cluster.store_contracts import KeyFence, MemberLease, Membership, lapse_wait_ns
+from flakekit.errors import ClusterUnavailableError
 from flakekit.generators.segment import SegmentSettings
 from flakekit.leases.keeper import LeaseKeeper
 from flakekit.values.clock import Clock

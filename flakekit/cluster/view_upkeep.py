@@ -9,17 +9,9 @@ from __future__ import annotations
 import logging
 
 from flakekit.cluster.handoff import Handoff
-from flakekit.cluster.key_state import (
-    IDLE,
-    OWNED,
-    RELEASING,
-)
-from flakekit.cluster.store_contracts import (
-    PollsView,
-)
-from flakekit.errors import (
-    FlakekitError,
-)
+from flakekit.cluster.key_state import IDLE, OWNED, RELEASING
+from flakekit.cluster.store_contracts import PollsView
+from flakekit.errors import FlakekitError
 from flakekit.values.cluster import View
 from flakekit.values.owners import OwnerMap
 
