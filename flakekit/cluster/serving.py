@@ -9,15 +9,9 @@ from __future__ import annotations
 import logging
 import time
 
+from flakekit import errors
 from flakekit.cluster.handoff import Handoff
 from flakekit.cluster.key_state import Slot, StrictKey
-from flakekit.errors import (
-    ClusterError,
-    KeyMovingError,
-    NotOwnerError,
-    NotStartedError,
-    SegmentUnavailableError,
-)
 from flakekit.values.batch import IdBatch
 from flakekit.values.cluster import Member
 
@@ -71,7 +65,7 @@ class Serving(Handoff):
         assert slot.gen is not None
         try:
             value: int | IdBatch = slot.gen.next_id() if n is None else slot.gen.next_ids(n)
-        except (NotStartedError, SegmentUnavailableError):
+        except (errors.NotStartedError, errors.SegmentUnavailableError):
             if st.slot is slot and st.ok_epoch == self._view_epoch:
                 raise
             return None
@@ -101,7 +95,7 @@ class Serving(Handoff):
             return None
         try:
             got = slot.gen.try_next_id() if n is None else slot.gen.try_next_ids(n)
-        except (NotStartedError, SegmentUnavailableError):
+        except (errors.NotStartedError, errors.SegmentUnavailableError):
             return None
         if got is not None and self._good(st, slot):
             return got, slot.claim.epoch
@@ -126,8 +120,8 @@ class Serving(Handoff):
         """Not served from memory: refuse, claim inline, or wait for the hand-off."""
         st = self._state(key)
         if st is None:
-            raise ClusterError(f"key {key!r} is not a strict key of cluster node "
-                               f"{self.member.node!r} (is_strict() first)")
+            raise errors.ClusterError(f"key {key!r} is not a strict key of cluster node "
+                                      f"{self.member.node!r} (is_strict() first)")
         give_up = time.monotonic() + self.settings.handoff_wait
         while True:
             now = self.clock.monotonic_ns()
@@ -137,7 +131,7 @@ class Serving(Handoff):
                 owner = self._owner_locked(key)
                 if owner.node != self.member.node:
                     self._counts["refused_not_owner"] += 1
-                    raise NotOwnerError(
+                    raise errors.NotOwnerError(
                         f"strict key {key!r} is owned by node {owner.node!r} in view epoch "
                         f"{self._view.epoch} ({owner.advertise or 'no advertise URL'})",
                         owner=owner, epoch=self._view.epoch)
@@ -156,7 +150,7 @@ class Serving(Handoff):
             with self._lock:
                 if remaining <= 0:
                     self._counts["refused_moving"] += 1
-                    raise KeyMovingError(self._moving_message(st),
-                                         retry_after=self._retry_after(st))
+                    raise errors.KeyMovingError(self._moving_message(st),
+                                                retry_after=self._retry_after(st))
                 poll = st.retry_delay_ns / 1e9 if st.retry_delay_ns else 0.05
                 self._cond.wait(min(remaining, max(poll, 0.005)))
