@@ -26,7 +26,7 @@ import attrs
 from flakekit.assembly.settings import PluginRef, check_keys
 from flakekit.errors import ConfigError
 from flakekit.values.owners import MAX_WEIGHT
-from flakekit.values.timeunits import format_unit, parse_duration_ns
+from flakekit.values.timeunits import format_unit, parse_duration_ns, parsed_or
 
 if TYPE_CHECKING:
     from flakekit.cluster.settings import ClusterSettings
@@ -97,13 +97,6 @@ def check_advertise(value: Any, where: str) -> str:
     return value.rstrip("/")
 
 
-def _duration(value: Any, where: str) -> int:
-    try:
-        return parse_duration_ns(value)
-    except ValueError as exc:
-        raise ConfigError(where, str(exc)) from None
-
-
 @attrs.frozen
 class ClusterSpec:
     """The ``[cluster]`` table as written, checked (the environment is not read yet).
@@ -127,6 +120,11 @@ class ClusterSpec:
     path: str = "cluster"
 
 
+def _duration(table: Any, path: str, key: str, default: str) -> int:
+    """``table[key]`` (else ``default``) in ns; a ConfigError naming ``path.key``."""
+    return parsed_or(ConfigError, f"{path}.{key}", parse_duration_ns, table.get(key, default))
+
+
 def parse_cluster(table: Any, path: str = "cluster") -> ClusterSpec:
     """Check a ``[cluster]`` table: unknown keys, types, ranges; ``name`` is required."""
     if not isinstance(table, Mapping):
@@ -145,11 +143,11 @@ def parse_cluster(table: Any, path: str = "cluster") -> ClusterSpec:
     if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
         raise ConfigError(f"{path}.weight", f"expected an integer from 1 to {MAX_WEIGHT} (this "
                           f"node's share of the strict keys), got {weight!r}")
-    lease = _duration(table.get("lease", DEFAULT_LEASE), f"{path}.lease")
+    lease = _duration(table, path, "lease", DEFAULT_LEASE)
     if lease < MIN_LEASE_NS:
         raise ConfigError(f"{path}.lease", f"must be at least 1s (renewed every third of it), "
                           f"got {format_unit(lease)}")
-    wait = _duration(table.get("handoff_wait", DEFAULT_HANDOFF_WAIT), f"{path}.handoff_wait")
+    wait = _duration(table, path, "handoff_wait", DEFAULT_HANDOFF_WAIT)
     if wait > MAX_HANDOFF_WAIT_NS:
         raise ConfigError(f"{path}.handoff_wait", f"must be at most 60s (a request for a moving "
                           f"key is held this long, then answered 503), got {format_unit(wait)}")

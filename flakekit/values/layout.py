@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from flakekit.errors import InvalidIdError, LayoutError, PartValueError
-from flakekit.values.timeunits import format_unit, iso_utc, parse_epoch_ms, parse_unit_ns
+from flakekit.values.timeunits import format_unit, iso_utc, parse_epoch_ms, parse_unit_ns, parsed_or
 
 if TYPE_CHECKING:
     from flakekit.values.formats import IdFormat
@@ -49,29 +49,21 @@ def _as_fields(value: Any) -> tuple[tuple[str, int], ...]:
     return tuple(fields)
 
 
-def _parsed(field: str, parse: Callable[[Any], int], value: Any) -> int:
-    """``parse(value)``, its ValueError as a LayoutError naming ``field``."""
-    try:
-        return parse(value)
-    except ValueError as exc:
-        raise LayoutError(field, str(exc)) from None
-
-
 def _as_unit(value: Any) -> int:
     """An int is nanoseconds; a string is "1ms", "10ms", "1s"..."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 1_000:
             raise LayoutError("unit", f"a time unit must be at least 1us (1000 ns), got {value} ns")
         return value
-    return _parsed("unit", parse_unit_ns, value)
+    return parsed_or(LayoutError, "unit", parse_unit_ns, value)
 
 
 def _as_epoch(value: Any) -> int:
-    return _parsed("epoch", parse_epoch_ms, value)
+    return parsed_or(LayoutError, "epoch", parse_epoch_ms, value)
 
 
 def _as_since(value: Any) -> int | None:
-    return None if value is None else _parsed("since", parse_epoch_ms, value)
+    return None if value is None else parsed_or(LayoutError, "since", parse_epoch_ms, value)
 
 
 @attrs.frozen

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any, overload
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 import attrs
 
@@ -13,8 +14,10 @@ from flakekit.errors import FieldError
 
 __all__ = [
     "MAX_DURATION_NS", "Duration", "duration_field", "format_unit", "iso_utc", "parse_duration_ns",
-    "parse_epoch_ms", "parse_unit_ns", "to_duration",
+    "parse_epoch_ms", "parse_unit_ns", "parsed_or", "to_duration",
 ]
+
+T = TypeVar("T")
 
 _SUFFIX_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
               "m": 60_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000,
@@ -23,6 +26,16 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zµ]+)\s*$")
 #: the longest duration accepted: deadlines are stored as 64-bit nanoseconds since 1970
 #: (they end in 2262), so a longer lease or reclaim age cannot be written to any database
 MAX_DURATION_NS = 100 * 365 * 86_400_000_000_000
+
+
+def parsed_or(error: Callable[[str, str], Exception], where: str,
+              parse: Callable[[Any], T], value: Any) -> T:
+    """``parse(value)``; its ValueError raised as ``error(where, message)`` instead
+    (``ConfigError``, ``LayoutError``: they name the field), without the chained traceback."""
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise error(where, str(exc)) from None
 
 
 def parse_duration_ns(value: object, *, default_unit: str = "s") -> int:
