@@ -148,6 +148,12 @@ class Server:
         self._log.close()
         return self.proc.returncode
 
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 @pytest.fixture
 def start_server(tmp_path) -> Iterator[Any]:
@@ -165,11 +171,8 @@ def invoice_server(tmp: Path) -> Iterator[Server]:
     invoice, step 100); stopped on exit."""
     url = f"sqlite:///{tmp / 'ids.db'}"
     create_keys(url, {"invoice": 100})
-    server = Server(write_config(tmp / "flakekit.toml", url), tmp=tmp)
-    try:
+    with Server(write_config(tmp / "flakekit.toml", url), tmp=tmp) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -274,10 +277,7 @@ def sqlite_server(tmp: Path, generators: str,
         create_keys(url, keys)
     config = tmp / "flakekit.toml"
     config.write_text(f'[backends.main]\nurl = "{url}"\n\n' + generators)
-    server = Server(config, tmp=tmp)
-    server.url = url  # type: ignore[attr-defined]
-    server.config = config  # type: ignore[attr-defined]
-    try:
+    with Server(config, tmp=tmp) as server:
+        server.url = url  # type: ignore[attr-defined]
+        server.config = config  # type: ignore[attr-defined]
         yield server
-    finally:
-        server.stop()
