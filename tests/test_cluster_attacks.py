@@ -136,6 +136,16 @@ def test_a_holder_serves_at_most_its_share_of_the_lease_after_a_renewal(pool):
     assert wait == round(8.8 * NS) and lapse_wait_ns(10.0) == 11 * NS
 
 
+def _keyed(engine: Engine) -> tuple[Engine, SqlSegmentStore]:
+    """``engine`` with the cluster tables and the segment rows of KEYS (step 20); the
+    segment store on it."""
+    schema.upgrade_schema(engine, "cluster")
+    fence = SqlSegmentStore(engine)
+    for key in KEYS:
+        fence.create(key, 20)
+    return engine, fence
+
+
 def _node(name: str, engine: Engine, fence: SqlSegmentStore, lease: float = 10.0) -> ClusterNode:
     node = ClusterNode(ClusterSettings("c", name, f"http://{name}:1", lease=lease,
                                        handoff_wait=0),
@@ -199,11 +209,7 @@ def test_a_database_clock_step_never_makes_two_owners(pool, db_url):
     keep being served."""
     if not db_url.startswith("postgresql"):
         pytest.skip("one database is enough for the default-settings drill")
-    engine = pool()
-    schema.upgrade_schema(engine, "cluster")
-    fence = SqlSegmentStore(engine)
-    for key in KEYS:
-        fence.create(key, 20)
+    engine, fence = _keyed(pool())
     nodes = [_node("a", engine, fence).start()]
     time.sleep(1.7)   # renewals half an interval apart: one sees the other lapsed for long
     nodes.append(_node("b", engine, fence).start())
@@ -229,11 +235,7 @@ def test_a_node_with_a_drifted_config_is_refused_and_serves_nothing(pool):
     """Config drift on the real store: b lacks one of a's strict keys (its config has it
     as ``order = "node"``, say). b's join is refused with one line naming a and the key,
     its row says ``left``, and a keeps serving every key in order."""
-    engine = pool()
-    schema.upgrade_schema(engine, "cluster")
-    fence = SqlSegmentStore(engine)
-    for key in KEYS:
-        fence.create(key, 20)
+    engine, fence = _keyed(pool())
     a = _node("a", engine, fence).start()
     try:
         top = {}
@@ -269,10 +271,7 @@ def test_a_late_renewal_commit_never_lets_the_deposed_owner_answer(pool, db_url,
     if not db_url.startswith("postgresql"):
         pytest.skip("one database is enough for the node-level drill")
     port = _server_only(db_url)
-    direct = pool()
-    schema.upgrade_schema(direct, "cluster")
-    for key in KEYS:
-        SqlSegmentStore(direct).create(key, 20)
+    direct, _ = _keyed(pool())
     proxy = tcp_proxy(port)
     a = _node("a", pool(proxied(db_url, proxy)), SqlSegmentStore(direct), lease=2.0)
     b = _node("b", direct, SqlSegmentStore(direct), lease=2.0)
