@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy.engine import Engine, make_url
@@ -19,28 +18,15 @@ from flakekit.cluster.store_contracts import JoinRequest, MemberLease, lapse_wai
 from flakekit.errors import ClusterError, ConfigError, FlakekitError
 from flakekit.generators.segment import SegmentSettings
 from flakekit.sql import schema
-from flakekit.sql.backends import BackendPool, BackendSettings
 from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.membership import SqlMembership
 from flakekit.testing import ManualClock, age_rows, proxied
+from flakekit.testing.sql_peers import pool_fixture  # noqa: F401
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
 
 NS = 1_000_000_000
 KEYS = [f"k{i}" for i in range(8)]
-
-
-@pytest.fixture
-def pool(db_url) -> Iterator[Callable[..., Engine]]:
-    made: list[BackendPool] = []
-
-    def engine(url: str | None = None) -> Engine:
-        made.append(BackendPool({"b": BackendSettings(url or db_url)}))
-        return made[-1].engine("b")
-
-    yield engine
-    for p in made:
-        p.dispose()
 
 
 def _join(membership: SqlMembership, node: str, lease_s: float = 10.0) -> MemberLease:
