@@ -169,9 +169,7 @@ def start_server(tmp_path) -> Iterator[Any]:
 def invoice_server(tmp: Path) -> Iterator[Server]:
     """A `flakekit serve` on SQLite in ``tmp``: snowflake 'orders', segment 'invoices' (key
     invoice, step 100); stopped on exit."""
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    with Server(write_config(tmp / "flakekit.toml", url), tmp=tmp) as server:
+    with Server(sqlite_config(tmp, {"invoice": 100}, name="flakekit.toml"), tmp=tmp) as server:
         yield server
 
 

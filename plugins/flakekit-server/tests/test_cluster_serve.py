@@ -189,12 +189,10 @@ def test_bad_advertise_flag_exit_2(tmp_path, cluster_db):
 
 def test_node_flag_without_cluster_exit_2(tmp_path):
     """--node on a config without [cluster]: a usage error, one line."""
-    from server_testing import create_keys, write_config
+    from server_testing import sqlite_config
 
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 10})
-    config = write_config(tmp_path / "c.toml", url)
-    stderr = _serve_refused(config, "--port", "0", "--node", "n0")
+    stderr = _serve_refused(sqlite_config(tmp_path, {"invoice": 10}), "--port", "0",
+                            "--node", "n0")
     assert "--node" in stderr and "[cluster]" in stderr, stderr
 
 
