@@ -180,9 +180,12 @@ class _Clients:
         return sum(len(v) for v in self.served.values())
 
     def close(self) -> None:
+        """Stop the clients, then the nodes they ask."""
         self._stop.set()
         for thread in self._threads:
             thread.join(5)
+        for node in self.nodes:
+            node.close()
 
 
 @pytest.mark.slow
@@ -211,8 +214,6 @@ def test_a_database_clock_step_never_makes_two_owners(pool, db_url):
         time.sleep(14.0)   # past lease + margin: every hand-off it caused is over
     finally:
         clients.close()
-        for node in nodes:
-            node.close()
     assert clients.violations == []
     assert clients.answers() > served_at_step   # still serving after the step
 
@@ -284,8 +285,6 @@ def test_a_late_renewal_commit_never_lets_the_deposed_owner_answer(pool, db_url,
         time.sleep(6.0)   # the hold, b's claims, a back after its late COMMIT
     finally:
         clients.close()
-        for node in nodes:
-            node.close()
     assert clients.violations == []
     taken = [k for k in KEYS if before[k] == {"a"}
              and any(n == "b" for n, _ in served[k][held_from[k]:])]
