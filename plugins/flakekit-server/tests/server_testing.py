@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from flakekit.testing.requests import http_get
+
 FLAKEKIT = str(Path(sys.executable).with_name("flakekit"))
 #: headless Chromium for the monitor-page tests (None: not installed; the plugin's
 #: scripts/install-browser.sh installs Debian's package)
@@ -123,13 +125,8 @@ class Server:
 
     def get(self, path: str, headers: dict[str, str] | None = None, method: str = "GET",
             body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
-        conn = self.conn()
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-        finally:
-            conn.close()
+        return http_get(self.port, path, 10, self.host, headers=headers, method=method,
+                        body=body)
 
     def json(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         status, _, body = self.get(path, headers)
