@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy.engine import Engine, make_url
@@ -19,28 +18,15 @@ from flakekit.cluster.store_contracts import JoinRequest, MemberLease, lapse_wai
 from flakekit.errors import ClusterError, ConfigError, FlakekitError
 from flakekit.generators.segment import SegmentSettings
 from flakekit.sql import schema
-from flakekit.sql.backends import BackendPool, BackendSettings
 from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.membership import SqlMembership
 from flakekit.testing import ManualClock, age_rows, proxied
+from flakekit.testing.sql_peers import pool_fixture  # noqa: F401
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
 
 NS = 1_000_000_000
 KEYS = [f"k{i}" for i in range(8)]
-
-
-@pytest.fixture
-def pool(db_url) -> Iterator[Callable[..., Engine]]:
-    made: list[BackendPool] = []
-
-    def engine(url: str | None = None) -> Engine:
-        made.append(BackendPool({"b": BackendSettings(url or db_url)}))
-        return made[-1].engine("b")
-
-    yield engine
-    for p in made:
-        p.dispose()
 
 
 def _join(membership: SqlMembership, node: str, lease_s: float = 10.0) -> MemberLease:
@@ -136,6 +122,16 @@ def test_a_holder_serves_at_most_its_share_of_the_lease_after_a_renewal(pool):
     assert wait == round(8.8 * NS) and lapse_wait_ns(10.0) == 11 * NS
 
 
+def _keyed(engine: Engine) -> tuple[Engine, SqlSegmentStore]:
+    """``engine`` with the cluster tables and the segment rows of KEYS (step 20); the
+    segment store on it."""
+    schema.upgrade_schema(engine, "cluster")
+    fence = SqlSegmentStore(engine)
+    for key in KEYS:
+        fence.create(key, 20)
+    return engine, fence
+
+
 def _node(name: str, engine: Engine, fence: SqlSegmentStore, lease: float = 10.0) -> ClusterNode:
     node = ClusterNode(ClusterSettings("c", name, f"http://{name}:1", lease=lease,
                                        handoff_wait=0),
@@ -184,9 +180,12 @@ class _Clients:
         return sum(len(v) for v in self.served.values())
 
     def close(self) -> None:
+        """Stop the clients, then the nodes they ask."""
         self._stop.set()
         for thread in self._threads:
             thread.join(5)
+        for node in self.nodes:
+            node.close()
 
 
 @pytest.mark.slow
@@ -199,11 +198,7 @@ def test_a_database_clock_step_never_makes_two_owners(pool, db_url):
     keep being served."""
     if not db_url.startswith("postgresql"):
         pytest.skip("one database is enough for the default-settings drill")
-    engine = pool()
-    schema.upgrade_schema(engine, "cluster")
-    fence = SqlSegmentStore(engine)
-    for key in KEYS:
-        fence.create(key, 20)
+    engine, fence = _keyed(pool())
     nodes = [_node("a", engine, fence).start()]
     time.sleep(1.7)   # renewals half an interval apart: one sees the other lapsed for long
     nodes.append(_node("b", engine, fence).start())
@@ -219,8 +214,6 @@ def test_a_database_clock_step_never_makes_two_owners(pool, db_url):
         time.sleep(14.0)   # past lease + margin: every hand-off it caused is over
     finally:
         clients.close()
-        for node in nodes:
-            node.close()
     assert clients.violations == []
     assert clients.answers() > served_at_step   # still serving after the step
 
@@ -229,11 +222,7 @@ def test_a_node_with_a_drifted_config_is_refused_and_serves_nothing(pool):
     """Config drift on the real store: b lacks one of a's strict keys (its config has it
     as ``order = "node"``, say). b's join is refused with one line naming a and the key,
     its row says ``left``, and a keeps serving every key in order."""
-    engine = pool()
-    schema.upgrade_schema(engine, "cluster")
-    fence = SqlSegmentStore(engine)
-    for key in KEYS:
-        fence.create(key, 20)
+    engine, fence = _keyed(pool())
     a = _node("a", engine, fence).start()
     try:
         top = {}
@@ -269,10 +258,7 @@ def test_a_late_renewal_commit_never_lets_the_deposed_owner_answer(pool, db_url,
     if not db_url.startswith("postgresql"):
         pytest.skip("one database is enough for the node-level drill")
     port = _server_only(db_url)
-    direct = pool()
-    schema.upgrade_schema(direct, "cluster")
-    for key in KEYS:
-        SqlSegmentStore(direct).create(key, 20)
+    direct, _ = _keyed(pool())
     proxy = tcp_proxy(port)
     a = _node("a", pool(proxied(db_url, proxy)), SqlSegmentStore(direct), lease=2.0)
     b = _node("b", direct, SqlSegmentStore(direct), lease=2.0)
@@ -299,8 +285,6 @@ def test_a_late_renewal_commit_never_lets_the_deposed_owner_answer(pool, db_url,
         time.sleep(6.0)   # the hold, b's claims, a back after its late COMMIT
     finally:
         clients.close()
-        for node in nodes:
-            node.close()
     assert clients.violations == []
     taken = [k for k in KEYS if before[k] == {"a"}
              and any(n == "b" for n, _ in served[k][held_from[k]:])]

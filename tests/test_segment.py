@@ -68,6 +68,12 @@ def generator(store, **settings) -> SegmentGenerator:
     return SegmentGenerator(store, "k", SegmentSettings(**settings), clock=clock)
 
 
+def drain(gen: SegmentGenerator, n: int) -> None:
+    """Take ``n`` IDs and drop them (a segment's worth, say)."""
+    for _ in range(n):
+        gen.next_id()
+
+
 def disjoint_fetches(engine, threads: int, fetches: int) -> list[int]:
     """``threads`` threads each fetch key 'k' (step 7) ``fetches`` times at once: every ID
     of every range they got, in order of the threads."""
@@ -247,8 +253,7 @@ class TestSegmentGenerator:
         """The next segment is fetched once 10% of the current one is used, not before."""
         store = MemoryStore(step=100)
         with generator(store) as gen:
-            for _ in range(10):
-                gen.next_id()
+            drain(gen, 10)
             time.sleep(0.05)
             assert len(store.fetches) == 1
             assert gen.stats().buffers[1].ready is False
@@ -265,8 +270,7 @@ class TestSegmentGenerator:
         """prefetch_at = 0.5 waits for half of the segment."""
         store = MemoryStore(step=100)
         with generator(store, prefetch_at=0.5) as gen:
-            for _ in range(50):
-                gen.next_id()
+            drain(gen, 50)
             time.sleep(0.05)
             assert len(store.fetches) == 1
             gen.next_id()
@@ -284,8 +288,7 @@ class TestSegmentGenerator:
         store = MemoryStore(step=10)
         gen = generator(store, wait_budget=0).start()
         store.gate.clear()
-        for _ in range(10):
-            gen.next_id()
+        drain(gen, 10)
         started = time.monotonic()
         with pytest.raises(SegmentUnavailableError):
             gen.next_id()
@@ -337,8 +340,7 @@ class TestSegmentGenerator:
         """dynamic_step = false keeps the table's step."""
         store = MemoryStore(step=50)
         with generator(store, dynamic_step=False) as gen:
-            for _ in range(500):
-                gen.next_id()
+            drain(gen, 500)
         assert set(store.fetches) == {50}
 
     def test_outage_budget_then_recovery(self):
@@ -373,22 +375,22 @@ class TestSegmentGenerator:
         store = MemoryStore(step=10)
         gen = generator(store, wait_budget="5s").start()
         store.gate.clear()
-        for _ in range(10):
-            gen.next_id()
+        drain(gen, 10)
         threading.Timer(0.1, store.gate.set).start()
         assert gen.next_id() == 11
         assert gen.stats().waits == 1
         gen.close()
 
     def test_deleted_key_raises_unknown_key(self):
-        """A key removed from the table surfaces as UnknownKeyError once the buffers are empty."""
+        """A key removed from the table surfaces as UnknownKeyError once the buffers are
+        empty, its message saying 'unknown segment key' once (not twice)."""
         store = MemoryStore(step=10)
         gen = generator(store, wait_budget="300ms").start()
         del store.rows["k"]
-        for _ in range(10):
+        drain(gen, 10)
+        with pytest.raises(UnknownKeyError) as unknown:
             gen.next_id()
-        with pytest.raises(UnknownKeyError):
-            gen.next_id()
+        assert str(unknown.value).count("unknown segment key") == 1
         gen.close()
 
     def test_next_ids_spans_segments(self):
@@ -439,8 +441,7 @@ class TestSegmentGenerator:
         """A clean close returns the unused tail (and the unused next buffer): no waste."""
         store = MemoryStore(step=100)
         gen = generator(store).start()
-        for _ in range(20):
-            gen.next_id()
+        drain(gen, 20)
         wait_until(lambda: gen.stats().buffers[1].ready)
         gen.close()
         assert store.rows["k"][0] == 21
@@ -533,8 +534,8 @@ class TestSegmentGenerator:
         assert store.rows["k"][0] == 1          # the unused segment was given back
 
     def test_unavailable_message_is_one_clean_line(self):
-        """A store failing with a multi-line message still gives a one-line error, and a
-        deleted key does not repeat the 'unknown key' text twice."""
+        """A store failing with a multi-line message still gives a one-line error (a
+        deleted key's message: test_deleted_key_raises_unknown_key)."""
 
         class Broken(MemoryStore):
             def fetch(self, key, step=None):
@@ -545,21 +546,10 @@ class TestSegmentGenerator:
         store = Broken(step=10)
         gen = generator(store, wait_budget="100ms", retry_min="5ms", retry_max="10ms").start()
         store.fail = True
-        for _ in range(10):
-            gen.next_id()
+        drain(gen, 10)
         with pytest.raises(SegmentUnavailableError) as info:
             gen.next_id()
         assert "\n" not in str(info.value) and "boom" in str(info.value)
-        gen.close()
-
-        store = MemoryStore(step=10)
-        gen = generator(store, wait_budget="300ms").start()
-        del store.rows["k"]
-        for _ in range(10):
-            gen.next_id()
-        with pytest.raises(UnknownKeyError) as unknown:
-            gen.next_id()
-        assert str(unknown.value).count("unknown segment key") == 1
         gen.close()
 
     def test_segment_value_object(self):

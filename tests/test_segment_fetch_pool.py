@@ -217,9 +217,12 @@ def test_close_waits_for_a_fetch_in_flight_then_gives_it_back(tmp_path):
     store = GatedStore(sqlite_store(tmp_path, 2, step=10))
     store.slow = {"k000000", "k000001"}
     pool = FetchPool(2)
-    gen = SegmentGenerator(store, "k000000",
-                           SegmentSettings(preload=False),  # type: ignore[arg-type]
-                           pool=pool).start()
+
+    def started(key: str) -> SegmentGenerator:
+        return SegmentGenerator(store, key, SegmentSettings(preload=False),  # type: ignore[arg-type]
+                                pool=pool).start()
+
+    gen = started("k000000")
     wait_until(lambda: store.blocked == 1, 30, what="the fetch to hang")
     closing = threading.Thread(target=gen.close, kwargs={"timeout": 30})
     closing.start()
@@ -232,9 +235,7 @@ def test_close_waits_for_a_fetch_in_flight_then_gives_it_back(tmp_path):
     assert store.inner.fetch("k000000", 1).max_id == 2
     # the bounded case: the deadline passes while the fetch still hangs
     store.gate.clear()
-    gen2 = SegmentGenerator(store, "k000001",
-                            SegmentSettings(preload=False),  # type: ignore[arg-type]
-                            pool=pool).start()
+    gen2 = started("k000001")
     wait_until(lambda: store.blocked == 2, 30, what="the second fetch to hang")
     gen2.close(timeout=0.05)
     store.gate.set()

@@ -123,6 +123,13 @@ class TestNearTheTop:
             assert "Traceback" not in err and "OverflowError" not in err
 
 
+def refused_both_ways(store, key: str, match: str) -> None:
+    """The row of ``key`` is refused (``match``) with its own step and with a dynamic one."""
+    for step in (None, 100):
+        with pytest.raises(SegmentRowError, match=match):
+            store.fetch(key, step)
+
+
 class TestBadRows:
     def test_negative_max_id_is_refused(self, store):
         store.create("k", 1000)
@@ -139,10 +146,7 @@ class TestBadRows:
         make_column_real(store, column)
         execute(store, f"UPDATE leaf_alloc SET {column} = :v WHERE biz_tag = 'k'", v=value)
         before = row(store, "k")
-        with pytest.raises(SegmentRowError, match=rf"{column} {value} is not an integer"):
-            store.fetch("k")
-        with pytest.raises(SegmentRowError, match=rf"{column} {value} is not an integer"):
-            store.fetch("k", 100)  # the dynamic step's path
+        refused_both_ways(store, "k", rf"{column} {value} is not an integer")
         assert row(store, "k") == before  # rolled back
 
     def test_text_in_an_integer_column_is_refused(self, sqlite_url):
@@ -151,14 +155,11 @@ class TestBadRows:
         store = SqlSegmentStore(create_engine(sqlite_url))
         store.create("k", 1000)
         execute(store, "UPDATE leaf_alloc SET max_id = '12abc' WHERE biz_tag = 'k'")
-        with pytest.raises(SegmentRowError, match=r"max_id '12abc' is not an integer"):
-            store.fetch("k")
+        refused_both_ways(store, "k", r"max_id '12abc' is not an integer")
         assert row(store, "k") == ("12abc", 1000)
         store.create("s", 1000, start=5)
         execute(store, "UPDATE leaf_alloc SET step = 'lots' WHERE biz_tag = 's'")
-        for step in (None, 100):
-            with pytest.raises(SegmentRowError, match=r"step 'lots' is not an integer"):
-                store.fetch("s", step)
+        refused_both_ways(store, "s", r"step 'lots' is not an integer")
         assert row(store, "s") == (5, "lots")
 
     def test_segments_lists_a_table_with_one_bad_row_and_flags_it(self, store, db_url, tmp_path,

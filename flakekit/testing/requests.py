@@ -20,13 +20,15 @@ def lease_request(max_worker_id: int = 1023, service: str = "t", host: str = DRI
     return LeaseRequest(service, max_worker_id, host, port)
 
 
-def http_get(port: int, path: str, timeout: float = 5,
-             host: str = "127.0.0.1") -> tuple[int, dict[str, str], bytes]:
-    """GET ``path`` from ``host:port`` on a connection of its own: the status, the headers
-    (names in lower case) and the body."""
+def http_get(port: int, path: str, timeout: float = 5, host: str = "127.0.0.1", *,
+             headers: dict[str, str] | None = None, method: str = "GET",
+             body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+    """GET ``path`` from ``host:port`` on a connection of its own (or another ``method``,
+    with ``headers`` and a ``body``): the status, the headers (names in lower case) and
+    the body."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:

@@ -248,26 +248,25 @@ def _lease_paths() -> dict[str, Any]:
     released = _json({"type": "object", "required": ["released", "worker_id"],
                       "properties": {"released": {"type": "boolean"},
                                      "worker_id": {"type": "integer"}}}, "Released")
+
+    def op(summary: str, parameters: list[dict[str, Any]], ok: dict[str, Any]) -> dict[str, Any]:
+        return {"summary": summary, "tags": ["leases"], "security": secure,
+                "parameters": parameters, "responses": {"200": ok, **errors}}
+
     return {
         "/api/v1/leases/{generator}": {
-            "post": {"summary": "Grant a worker-id lease from the generator's registry",
-                     "tags": ["leases"], "security": secure, "parameters": [
-                         gen, q("max_worker_id", "The client layout's largest worker id"),
-                         q("clock", "The client's wall clock (ns) when it sent the request")],
-                     "responses": {"200": _json(_GRANT, "Granted"), **errors}},
-            "get": {"summary": "The registry's records (for `flakekit workers`)",
-                    "tags": ["leases"], "security": secure, "parameters": [gen],
-                    "responses": {"200": _json({"type": "object"}, "Records"), **errors}}},
+            "post": op("Grant a worker-id lease from the generator's registry", [
+                gen, q("max_worker_id", "The client layout's largest worker id"),
+                q("clock", "The client's wall clock (ns) when it sent the request")],
+                _json(_GRANT, "Granted")),
+            "get": op("The registry's records (for `flakekit workers`)", [gen],
+                      _json({"type": "object"}, "Records"))},
         "/api/v1/leases/{generator}/{lease}/renew": {
-            "post": {"summary": "Renew a lease (refused with 410 once it is not held)",
-                     "tags": ["leases"], "security": secure,
-                     "parameters": [gen, lease, epoch, mark],
-                     "responses": {"200": renewed, **errors}}},
+            "post": op("Renew a lease (refused with 410 once it is not held)",
+                       [gen, lease, epoch, mark], renewed)},
         "/api/v1/leases/{generator}/{lease}/release": {
-            "post": {"summary": "Give a lease back (the client has stopped issuing)",
-                     "tags": ["leases"], "security": secure,
-                     "parameters": [gen, lease, epoch, mark],
-                     "responses": {"200": released, **errors}}},
+            "post": op("Give a lease back (the client has stopped issuing)",
+                       [gen, lease, epoch, mark], released)},
     }
 
 

@@ -309,6 +309,14 @@ def serve(config: Any, options: ServerOptions) -> int:
     return Supervisor(config, options, settings).run()
 
 
+def _kill(pid: int, sig: int) -> None:
+    """Send ``sig`` to ``pid`` unless it has gone already."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def _with_port(options: ServerOptions, port: int) -> ServerOptions:
     import attrs
 
@@ -560,10 +568,7 @@ class Supervisor:
     def _stop_all(self) -> None:
         self.stopping = True
         for pid in list(self.children):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+            _kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.options.grace
         while self.children and time.monotonic() < deadline:
             self._reap(restart=False)
@@ -571,10 +576,7 @@ class Supervisor:
         for pid in list(self.children):
             log.error("process %d (pid %d) did not stop within %g s; killing it",
                       self.children[pid], pid, self.options.grace)
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill(pid, signal.SIGKILL)
         while self.children:
             self._reap(restart=False)
             time.sleep(0.01)

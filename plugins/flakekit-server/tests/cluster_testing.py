@@ -257,18 +257,19 @@ class Cluster:
     def pause(self, i: int) -> None:
         """SIGSTOP node ``i``, every process of it (a paused process: it believes it
         still owns its keys)."""
-        pids = self.nodes[i].pids()
-        assert pids
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
+        self._signal(i, signal.SIGSTOP)
         self.paused.add(self.nodes[i].name)
 
     def resume(self, i: int) -> None:
+        self._signal(i, signal.SIGCONT)
+        self.paused.discard(self.nodes[i].name)
+
+    def _signal(self, i: int, sig: signal.Signals) -> None:
+        """Send ``sig`` to every process of node ``i`` (it has some)."""
         pids = self.nodes[i].pids()
         assert pids
         for pid in pids:
-            os.kill(pid, signal.SIGCONT)
-        self.paused.discard(self.nodes[i].name)
+            os.kill(pid, sig)
 
     def index(self, node: Node) -> int:
         return self.nodes.index(node)

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from flakekit.testing.requests import http_get
+
 FLAKEKIT = str(Path(sys.executable).with_name("flakekit"))
 #: headless Chromium for the monitor-page tests (None: not installed; the plugin's
 #: scripts/install-browser.sh installs Debian's package)
@@ -123,13 +125,8 @@ class Server:
 
     def get(self, path: str, headers: dict[str, str] | None = None, method: str = "GET",
             body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
-        conn = self.conn()
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-        finally:
-            conn.close()
+        return http_get(self.port, path, 10, self.host, headers=headers, method=method,
+                        body=body)
 
     def json(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         status, _, body = self.get(path, headers)
@@ -148,6 +145,12 @@ class Server:
         self._log.close()
         return self.proc.returncode
 
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 @pytest.fixture
 def start_server(tmp_path) -> Iterator[Any]:
@@ -163,13 +166,8 @@ def start_server(tmp_path) -> Iterator[Any]:
 def invoice_server(tmp: Path) -> Iterator[Server]:
     """A `flakekit serve` on SQLite in ``tmp``: snowflake 'orders', segment 'invoices' (key
     invoice, step 100); stopped on exit."""
-    url = f"sqlite:///{tmp / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    server = Server(write_config(tmp / "flakekit.toml", url), tmp=tmp)
-    try:
+    with Server(sqlite_config(tmp, {"invoice": 100}, name="flakekit.toml"), tmp=tmp) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -274,10 +272,7 @@ def sqlite_server(tmp: Path, generators: str,
         create_keys(url, keys)
     config = tmp / "flakekit.toml"
     config.write_text(f'[backends.main]\nurl = "{url}"\n\n' + generators)
-    server = Server(config, tmp=tmp)
-    server.url = url  # type: ignore[attr-defined]
-    server.config = config  # type: ignore[attr-defined]
-    try:
+    with Server(config, tmp=tmp) as server:
+        server.url = url  # type: ignore[attr-defined]
+        server.config = config  # type: ignore[attr-defined]
         yield server
-    finally:
-        server.stop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cluster_testing import Recorder, check_i1, check_i2
@@ -134,6 +135,24 @@ def run(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, 60))
 
 
+def with_owner(test: Callable[[Owner, Client], Awaitable[None]]) -> Callable[[], None]:
+    """``test`` as a plain test function: it gets a started :class:`Owner` and a
+    :class:`Client` of a fresh coalescer (over a forwarder as node n1) aimed at it."""
+    def run_test() -> None:
+        async def main() -> None:
+            owner = await Owner().start()
+            forwarder = Forwarder("n1", timeout=30)
+            try:
+                await test(owner, Client(Coalescer(forwarder), owner.advertise))
+            finally:
+                forwarder.close()
+
+        run(main())
+
+    run_test.__doc__ = test.__doc__
+    return run_test
+
+
 def test_the_shapes_that_coalesce():
     gens = {"order": "orders", "orders": "orders"}
     leaf = single_shape("leaf_segment", b"/api/segment/get/order", gens)
@@ -159,141 +178,108 @@ def test_the_shapes_that_coalesce():
         assert single_shape(route, url, gens) is None, url
 
 
-def test_a_batch_serves_only_requests_that_arrived_before_it_was_sent():
-    async def main() -> None:
-        owner = await Owner().start()
-        forwarder = Forwarder("n1", timeout=30)
-        coalescer = Coalescer(forwarder)
-        client = Client(coalescer, owner.advertise)
-        a = client.submit()
-        await owner.wait_batches(1)              # A's batch is in flight, held
-        b, c = client.submit(), client.submit()  # they wait
-        await owner.release()                    # A answered; B and C go, as one batch
-        await owner.wait_batches(2)
-        d = client.submit()                      # arrives after B+C's batch was sent
-        assert owner.counts == [1, 2]
-        await owner.release()
-        await owner.wait_batches(3)
-        await owner.release()
-        answers = [await f for f in (a, b, c, d)]
-        assert owner.counts == [1, 2, 1]
-        assert [x[2] for x in answers] == [b"1", b"2", b"3", b"4"]   # arrival order
-        for status, ctype, _, headers in answers:
-            assert status == 200 and ctype.startswith(b"text/plain")
-            assert b"X-Flakekit-Owner-Epoch: 7\r\n" in headers
-            assert headers.endswith(b"X-Via: n9\r\n")   # the node it was relayed from
-        # the hop is marked and the caller's token passed on
-        assert {h["x-flakekit-forwarded-by"] for h in owner.headers} == {"n1"}
-        assert {h["authorization"] for h in owner.headers} == {"Bearer t"}
-        assert (coalescer.batches, coalescer.requests, coalescer.served) == (3, 4, 4)
-        forwarder.close()
-
-    run(main())
+@with_owner
+async def test_a_batch_serves_only_requests_that_arrived_before_it_was_sent(owner, client):
+    coalescer = client.coalescer
+    a = client.submit()
+    await owner.wait_batches(1)              # A's batch is in flight, held
+    b, c = client.submit(), client.submit()  # they wait
+    await owner.release()                    # A answered; B and C go, as one batch
+    await owner.wait_batches(2)
+    d = client.submit()                      # arrives after B+C's batch was sent
+    assert owner.counts == [1, 2]
+    await owner.release()
+    await owner.wait_batches(3)
+    await owner.release()
+    answers = [await f for f in (a, b, c, d)]
+    assert owner.counts == [1, 2, 1]
+    assert [x[2] for x in answers] == [b"1", b"2", b"3", b"4"]   # arrival order
+    for status, ctype, _, headers in answers:
+        assert status == 200 and ctype.startswith(b"text/plain")
+        assert b"X-Flakekit-Owner-Epoch: 7\r\n" in headers
+        assert headers.endswith(b"X-Via: n9\r\n")   # the node it was relayed from
+    # the hop is marked and the caller's token passed on
+    assert {h["x-flakekit-forwarded-by"] for h in owner.headers} == {"n1"}
+    assert {h["authorization"] for h in owner.headers} == {"Bearer t"}
+    assert (coalescer.batches, coalescer.requests, coalescer.served) == (3, 4, 4)
 
 
-def test_an_error_goes_to_every_request_of_the_batch():
-    async def main() -> None:
-        owner = await Owner().start()
-        forwarder = Forwarder("n1", timeout=30)
-        client = Client(Coalescer(forwarder), owner.advertise)
-        first = client.submit()
-        await owner.wait_batches(1)
-        waiting = [client.submit() for _ in range(3)]
-        await owner.release()
-        await owner.wait_batches(2)
-        owner.status, owner.refusal = 503, b'{"error":"key_moving","status":503}'
-        late = client.submit()                   # after the failing batch was sent
-        await owner.release()
-        await owner.wait_batches(3)
-        owner.status = 200
-        await owner.release()
-        assert (await first)[2] == b"1"
-        for f in waiting:
-            status, _, body, _ = await f
-            assert status == 503 and json.loads(body)["error"] == "key_moving"
-        assert (await late)[2] == b"2"           # not one ID of the refused batch: none
-        assert owner.counts == [1, 3, 1]
-        forwarder.close()
-
-    run(main())
+@with_owner
+async def test_an_error_goes_to_every_request_of_the_batch(owner, client):
+    first = client.submit()
+    await owner.wait_batches(1)
+    waiting = [client.submit() for _ in range(3)]
+    await owner.release()
+    await owner.wait_batches(2)
+    owner.status, owner.refusal = 503, b'{"error":"key_moving","status":503}'
+    late = client.submit()                   # after the failing batch was sent
+    await owner.release()
+    await owner.wait_batches(3)
+    owner.status = 200
+    await owner.release()
+    assert (await first)[2] == b"1"
+    for f in waiting:
+        status, _, body, _ = await f
+        assert status == 503 and json.loads(body)["error"] == "key_moving"
+    assert (await late)[2] == b"2"           # not one ID of the refused batch: none
+    assert owner.counts == [1, 3, 1]
 
 
-def test_an_unreachable_owner_fails_every_waiting_request():
-    async def main() -> None:
-        forwarder = Forwarder("n1", timeout=30)
-        client = Client(Coalescer(forwarder), f"http://127.0.0.1:{free_port()}")
-        futures = [client.submit() for _ in range(4)]
-        answers = [await f for f in futures]
-        assert all(isinstance(a, ForwardError) for a in answers), answers
-        forwarder.close()
-
-    run(main())
+@with_owner
+async def test_an_unreachable_owner_fails_every_waiting_request(owner, client):
+    client = Client(client.coalescer, f"http://127.0.0.1:{free_port()}")  # nobody there
+    futures = [client.submit() for _ in range(4)]
+    answers = [await f for f in futures]
+    assert all(isinstance(a, ForwardError) for a in answers), answers
 
 
-def test_leftover_ids_are_dropped_and_a_short_answer_is_an_error():
-    async def main() -> None:
-        owner = await Owner().start()
-        forwarder = Forwarder("n1", timeout=30)
-        client = Client(Coalescer(forwarder), owner.advertise)
-        owner.extra = 5                          # an owner answering more than asked
-        first = client.submit()
-        await owner.wait_batches(1)
-        second = [client.submit(), client.submit()]
-        await owner.release()
-        await owner.wait_batches(2)
-        owner.extra = -1                         # ... and then fewer
-        await owner.release()
-        assert (await first)[2] == b"1"          # 2..6 dropped, never handed out
-        for f in second:
-            assert isinstance(await f, ForwardError)
-        owner.extra = 0
-        third = client.submit()
-        await owner.wait_batches(3)
-        await owner.release()
-        assert (await third)[2] == b"8"          # 7 went to the short answer: dropped
-        forwarder.close()
-
-    run(main())
+@with_owner
+async def test_leftover_ids_are_dropped_and_a_short_answer_is_an_error(owner, client):
+    owner.extra = 5                          # an owner answering more than asked
+    first = client.submit()
+    await owner.wait_batches(1)
+    second = [client.submit(), client.submit()]
+    await owner.release()
+    await owner.wait_batches(2)
+    owner.extra = -1                         # ... and then fewer
+    await owner.release()
+    assert (await first)[2] == b"1"          # 2..6 dropped, never handed out
+    for f in second:
+        assert isinstance(await f, ForwardError)
+    owner.extra = 0
+    third = client.submit()
+    await owner.wait_batches(3)
+    await owner.release()
+    assert (await third)[2] == b"8"          # 7 went to the short answer: dropped
 
 
-def test_a_batch_over_the_owners_max_count_is_sent_again_in_halves():
-    async def main() -> None:
-        owner = await Owner().start()
-        owner.max_count = 2
-        forwarder = Forwarder("n1", timeout=30)
-        client = Client(Coalescer(forwarder), owner.advertise, auth=None)
-        first = client.submit()
-        await owner.wait_batches(1)
-        rest = [client.submit() for _ in range(5)]
-        owner.hold = False                       # every further answer at once
-        await owner.release()
-        answers = [await f for f in (first, *rest)]
-        assert [a[2] for a in answers] == [b"1", b"2", b"3", b"4", b"5", b"6"]
-        assert owner.counts == [1, 5, 2, 2, 1]
-        assert "authorization" not in owner.headers[0]
-        forwarder.close()
-
-    run(main())
+@with_owner
+async def test_a_batch_over_the_owners_max_count_is_sent_again_in_halves(owner, client):
+    owner.max_count = 2
+    client = Client(client.coalescer, owner.advertise, auth=None)
+    first = client.submit()
+    await owner.wait_batches(1)
+    rest = [client.submit() for _ in range(5)]
+    owner.hold = False                       # every further answer at once
+    await owner.release()
+    answers = [await f for f in (first, *rest)]
+    assert [a[2] for a in answers] == [b"1", b"2", b"3", b"4", b"5", b"6"]
+    assert owner.counts == [1, 5, 2, 2, 1]
+    assert "authorization" not in owner.headers[0]
 
 
-def test_groups_never_mix_tokens():
-    async def main() -> None:
-        owner = await Owner().start()
-        forwarder = Forwarder("n1", timeout=30)
-        coalescer = Coalescer(forwarder)
-        one = Client(coalescer, owner.advertise, b"Bearer one")
-        two = Client(coalescer, owner.advertise, b"Bearer two")
-        a, b = one.submit(), two.submit()        # two groups: two batches in flight
-        await owner.wait_batches(2)
-        await owner.release()
-        await owner.release()
-        await a
-        await b
-        assert sorted(h["authorization"] for h in owner.headers) == ["Bearer one",
-                                                                     "Bearer two"]
-        forwarder.close()
-
-    run(main())
+@with_owner
+async def test_groups_never_mix_tokens(owner, client):
+    one = Client(client.coalescer, owner.advertise, b"Bearer one")
+    two = Client(client.coalescer, owner.advertise, b"Bearer two")
+    a, b = one.submit(), two.submit()        # two groups: two batches in flight
+    await owner.wait_batches(2)
+    await owner.release()
+    await owner.release()
+    await a
+    await b
+    assert sorted(h["authorization"] for h in owner.headers) == ["Bearer one",
+                                                                 "Bearer two"]
 
 
 # -- two real nodes --------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from cluster_testing import (
@@ -159,40 +160,40 @@ def test_workers_with_cluster_bad_ports_exit_2(tmp_path, cluster_db, args, field
     """--workers 2 with [cluster] needs --advertise and fixed private ports beside the
     public one: refused before anything starts, one line naming the flag."""
     config = cluster_config(tmp_path / "c.toml", cluster_db)
-    run = run_cli("serve", "--config", str(config), "--workers", "2", "--node", "n0", *args)
+    assert field in _serve_refused(config, "--workers", "2", "--node", "n0", *args)
+
+
+def _serve_refused(config: Path, *args: str) -> str:
+    """``flakekit serve --config CONFIG ARGS`` exits 2 with one line and no traceback;
+    that line."""
+    run = run_cli("serve", "--config", str(config), *args)
     assert run.returncode == 2, run.stderr
-    assert field in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    return run.stderr
 
 
 def test_member_port_without_cluster_workers_exit_2(tmp_path, cluster_db):
     """--member-port with one process: it names the processes' ports, so it is refused."""
     config = cluster_config(tmp_path / "c.toml", cluster_db)
-    run = run_cli("serve", "--config", str(config), "--port", "0", "--member-port", "20000",
-                  "--node", "n0", "--advertise", "http://127.0.0.1:1")
-    assert run.returncode == 2 and "--member-port" in run.stderr, run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "--member-port" in _serve_refused(config, "--port", "0", "--member-port", "20000",
+                                             "--node", "n0", "--advertise", "http://127.0.0.1:1")
 
 
 def test_bad_advertise_flag_exit_2(tmp_path, cluster_db):
     """--advertise is checked as the config's advertise is, and named."""
     config = cluster_config(tmp_path / "c.toml", cluster_db)
-    run = run_cli("serve", "--config", str(config), "--port", "0", "--node", "n0",
-                  "--advertise", "10.0.0.5:8080")
-    assert run.returncode == 2 and "--advertise" in run.stderr, run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "--advertise" in _serve_refused(config, "--port", "0", "--node", "n0",
+                                           "--advertise", "10.0.0.5:8080")
 
 
 def test_node_flag_without_cluster_exit_2(tmp_path):
     """--node on a config without [cluster]: a usage error, one line."""
-    from server_testing import create_keys, write_config
+    from server_testing import sqlite_config
 
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 10})
-    config = write_config(tmp_path / "c.toml", url)
-    run = run_cli("serve", "--config", str(config), "--port", "0", "--node", "n0")
-    assert run.returncode == 2 and "--node" in run.stderr and "[cluster]" in run.stderr, run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    stderr = _serve_refused(sqlite_config(tmp_path, {"invoice": 10}), "--port", "0",
+                            "--node", "n0")
+    assert "--node" in stderr and "[cluster]" in stderr, stderr
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -15,7 +15,6 @@ from server_testing import (
     run_cli,
     sqlite_config,
     sqlite_server,
-    write_config,
 )
 
 LEAF_GENERATORS = (
@@ -117,16 +116,11 @@ def test_db_page_lists_rows(leaf):
 
 def test_without_keys_all_new_keys_are_404(tmp_path):
     """The default ("one") serves only the configured keys: a new row is not served."""
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 100})
-    config = write_config(tmp_path / "flakekit.toml", url)
-    server = Server(config, tmp=tmp_path)
-    try:
-        create_keys(url, {"coupon": 50})
+    config = sqlite_config(tmp_path, {"invoice": 100}, name="flakekit.toml")
+    with Server(config, tmp=tmp_path) as server:
+        create_keys(f"sqlite:///{tmp_path / 'ids.db'}", {"coupon": 50})
         status, _, body = server.get("/api/segment/get/coupon")
         assert status == 404, body
-    finally:
-        server.stop()
 
 
 def test_bad_keys_value_is_one_line(tmp_path):

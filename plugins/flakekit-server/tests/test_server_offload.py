@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from flakekit_server.app import IdService, Pending, ServerOptions
-from server_testing import create_keys, exchange, ok, sqlite_config, write_config
+from server_testing import exchange, ok, sqlite_config
 
 import flakekit
 from flakekit.values.batch import IdBatch
@@ -79,9 +79,7 @@ def test_large_batch_runs_in_a_worker_thread(service, name):
 def test_offloaded_batch_keeps_pipelined_order(tmp_path, start_server):
     """On one connection, a large batch then single IDs: answered in request order (the
     connection waits for the batch), and the counter shows the batch went off the loop."""
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 1000})
-    server = start_server(write_config(tmp_path / "c.toml", url))
+    server = start_server(sqlite_config(tmp_path, {"invoice": 1000}))
     big = b"GET /api/v1/next/invoices?count=20000&format=ranges HTTP/1.1\r\nHost: x\r\n\r\n"
     one = b"GET /api/segment/get/invoice HTTP/1.1\r\nHost: x\r\n\r\n"
     data = exchange(server, big + one + one + b"GET /health HTTP/1.1\r\nHost: x\r\n"
@@ -101,9 +99,7 @@ def test_offloaded_batch_keeps_pipelined_order(tmp_path, start_server):
 
 def test_view_epoch_header_must_be_a_number(tmp_path, start_server):
     """X-Flakekit-View-Epoch is checked on every server (400 naming it), cluster or not."""
-    url = f"sqlite:///{tmp_path / 'ids.db'}"
-    create_keys(url, {"invoice": 1000})
-    server = start_server(write_config(tmp_path / "c.toml", url))
+    server = start_server(sqlite_config(tmp_path, {"invoice": 1000}))
     status, _, body = server.get("/api/segment/get/invoice", {"X-Flakekit-View-Epoch": "x1"})
     assert status == 400 and b"X-Flakekit-View-Epoch" in body
     status, headers, body = server.get("/api/segment/get/invoice", {"X-Flakekit-View-Epoch": "7"})
