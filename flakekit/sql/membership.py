@@ -86,7 +86,7 @@ from flakekit.sql.dbclock import (
 from flakekit.sql.schema import CLUSTER_COMPONENT, cluster_view
 from flakekit.sql.schema import members as members_table
 from flakekit.sql.transactions import write_transaction
-from flakekit.sql.workers import LOCK_RETRY_S, ensure_component
+from flakekit.sql.workers import LOCK_RETRY_S, SchemaOnce, schema_once
 from flakekit.values.clock import Clock
 from flakekit.values.cluster import Member, MemberInfo, View
 from flakekit.values.events import NO_EVENTS, Events
@@ -165,7 +165,7 @@ class SqlMembership:
     lock_retry_s: float = LOCK_RETRY_S
     events: Events = NO_EVENTS
     _lease_s: float = attrs.field(init=False, default=10.0)
-    _schema_ok: bool = attrs.field(init=False, default=False)
+    _schema: SchemaOnce = schema_once(CLUSTER_COMPONENT)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     #: per cluster, the config digest this process joined with (a re-assert writes it)
     _digests: dict[str, str] = attrs.field(init=False, factory=dict)
@@ -202,9 +202,7 @@ class SqlMembership:
     # -- schema ----------------------------------------------------------------------------
     def ensure_schema(self) -> None:
         """Check (and with ``create_schema``, create) the tables once."""
-        if not self._schema_ok:
-            ensure_component(self.engine, CLUSTER_COMPONENT, self.create_schema)
-            self._schema_ok = True
+        self._schema()
 
     # -- lease source half -----------------------------------------------------------------
     def acquire(self, request: JoinRequest) -> MemberLease:
