@@ -249,8 +249,7 @@ class SqlMembership:
                     continue
                 raise self._error(f"joining cluster {cluster!r} as {member.node!r}",
                                   exc) from None
-        if change is not None:
-            self._announce(change, cluster, quarantine_ns)
+        self._announce(change, cluster, quarantine_ns)
         if ends is not None:
             raise BackendError(
                 f"node {member.node!r} may not join cluster {cluster!r} until "
@@ -294,8 +293,11 @@ class SqlMembership:
         return change, failover.quarantine_end(conn, f"members:{cluster}",
                                                quarantine_ns), quarantine_ns
 
-    def _announce(self, change: failover.PrimaryChange, cluster: str,
+    def _announce(self, change: failover.PrimaryChange | None, cluster: str,
                   quarantine_ns: int) -> None:
+        """Tell of the fail-over the gate detected, if it detected one."""
+        if change is None:
+            return
         failover.announce(change, self.where,
                           f"cluster {cluster!r}: the view epoch jumped by {VIEW_EPOCH_SKIP}; "
                           f"no node joins and no view is proposed for "
@@ -388,8 +390,7 @@ class SqlMembership:
                     view_epoch = self._epoch(conn, cluster)
         except SQLAlchemyError as exc:
             raise self._error(f"renewing member {lease.member.node!r}", exc) from None
-        if change is not None:
-            self._announce(change, cluster, quarantine_ns)
+        self._announce(change, cluster, quarantine_ns)
         if reasserted:
             log.warning("member %s of cluster %s: %s on the new primary after a database "
                         "fail-over; the lease goes on", lease.member.node, cluster,
@@ -501,8 +502,7 @@ class SqlMembership:
         except SQLAlchemyError as exc:
             raise self._error(f"proposing epoch {seen_epoch + 1} of {cluster!r}",
                               exc) from None
-        if change is not None:
-            self._announce(change, cluster, quarantine_ns)
+        self._announce(change, cluster, quarantine_ns)
         if ends is not None:
             log.warning("cluster %s: no view is proposed until %s (database time): a "
                         "database fail-over was detected in %s", cluster,
