@@ -157,6 +157,9 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         check_schema,
         register_component,
     )
+    from flakekit.values.allocation import (
+        check_new_range,
+    )
     from flakekit.values.batch import (
         IdBatch,
     )
@@ -248,6 +251,7 @@ _FROM = {
     "flakekit.sql.schema": (
         "Component", "Migration", "SchemaChange", "check_schema", "register_component"
     ),
+    "flakekit.values.allocation": ("check_new_range",),
     "flakekit.values.batch": ("IdBatch",),
     "flakekit.values.clock": ("Clock",),
     "flakekit.values.cluster": ("Member", "MemberInfo", "View"),

@@ -76,7 +76,7 @@ from flakekit.sql.schema import (
 )
 from flakekit.sql.settings import DEFAULT_FAILOVER_SKIP, SqlStoreSettings
 from flakekit.sql.transactions import write_transaction
-from flakekit.values.allocation import Allocation
+from flakekit.values.allocation import Allocation, check_new_range
 from flakekit.values.events import NO_EVENTS, Events
 from flakekit.values.periods import PERIOD_KEY, is_period_key
 from flakekit.values.timeunits import iso_utc
@@ -695,14 +695,9 @@ class SqlSegmentStore:
             ConfigError: bad key, step or start, or the key exists already.
         """
         _check_key(key)
-        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_DB_STEP:
-            raise ConfigError("step", f"must be an integer from 1 to {MAX_DB_STEP}, got {step!r}")
-        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= MAX_ID - step:
-            raise ConfigError(
-                "start", f"must be an integer from 0 to {MAX_ID - step} with step {step} (a "
-                f"fetch ends at start + step, which must not pass {MAX_ID}, the BIGINT "
-                f"column's maximum), got {start!r}"
-            )
+        check_new_range(step, start, max_step=MAX_DB_STEP, max_id=MAX_ID,
+                        why=f" with step {step} (a fetch ends at start + step, which must "
+                            f"not pass {MAX_ID}, the BIGINT column's maximum)")
         if description is not None and len(description) > 256:
             raise ConfigError("description", "must be at most 256 characters")
         if not self.insert_key(key, start, step, description, f"creating key {key!r}"):

@@ -86,7 +86,7 @@ from flakekit.sql.dbclock import (
 from flakekit.sql.schema import CLUSTER_COMPONENT, cluster_view
 from flakekit.sql.schema import members as members_table
 from flakekit.sql.transactions import write_transaction
-from flakekit.sql.workers import LOCK_RETRY_S, ensure_component
+from flakekit.sql.workers import LOCK_RETRY_S, SchemaOnce, schema_once
 from flakekit.values.clock import Clock
 from flakekit.values.cluster import Member, MemberInfo, View
 from flakekit.values.events import NO_EVENTS, Events
@@ -165,7 +165,7 @@ class SqlMembership:
     lock_retry_s: float = LOCK_RETRY_S
     events: Events = NO_EVENTS
     _lease_s: float = attrs.field(init=False, default=10.0)
-    _schema_ok: bool = attrs.field(init=False, default=False)
+    _schema: SchemaOnce = schema_once(CLUSTER_COMPONENT)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     #: per cluster, the config digest this process joined with (a re-assert writes it)
     _digests: dict[str, str] = attrs.field(init=False, factory=dict)
@@ -202,9 +202,7 @@ class SqlMembership:
     # -- schema ----------------------------------------------------------------------------
     def ensure_schema(self) -> None:
         """Check (and with ``create_schema``, create) the tables once."""
-        if not self._schema_ok:
-            ensure_component(self.engine, CLUSTER_COMPONENT, self.create_schema)
-            self._schema_ok = True
+        self._schema()
 
     # -- lease source half -----------------------------------------------------------------
     def acquire(self, request: JoinRequest) -> MemberLease:
@@ -251,8 +249,7 @@ class SqlMembership:
                     continue
                 raise self._error(f"joining cluster {cluster!r} as {member.node!r}",
                                   exc) from None
-        if change is not None:
-            self._announce(change, cluster, quarantine_ns)
+        self._announce(change, cluster, quarantine_ns)
         if ends is not None:
             raise BackendError(
                 f"node {member.node!r} may not join cluster {cluster!r} until "
@@ -296,8 +293,11 @@ class SqlMembership:
         return change, failover.quarantine_end(conn, f"members:{cluster}",
                                                quarantine_ns), quarantine_ns
 
-    def _announce(self, change: failover.PrimaryChange, cluster: str,
+    def _announce(self, change: failover.PrimaryChange | None, cluster: str,
                   quarantine_ns: int) -> None:
+        """Tell of the fail-over the gate detected, if it detected one."""
+        if change is None:
+            return
         failover.announce(change, self.where,
                           f"cluster {cluster!r}: the view epoch jumped by {VIEW_EPOCH_SKIP}; "
                           f"no node joins and no view is proposed for "
@@ -390,8 +390,7 @@ class SqlMembership:
                     view_epoch = self._epoch(conn, cluster)
         except SQLAlchemyError as exc:
             raise self._error(f"renewing member {lease.member.node!r}", exc) from None
-        if change is not None:
-            self._announce(change, cluster, quarantine_ns)
+        self._announce(change, cluster, quarantine_ns)
         if reasserted:
             log.warning("member %s of cluster %s: %s on the new primary after a database "
                         "fail-over; the lease goes on", lease.member.node, cluster,
@@ -503,8 +502,7 @@ class SqlMembership:
         except SQLAlchemyError as exc:
             raise self._error(f"proposing epoch {seen_epoch + 1} of {cluster!r}",
                               exc) from None
-        if change is not None:
-            self._announce(change, cluster, quarantine_ns)
+        self._announce(change, cluster, quarantine_ns)
         if ends is not None:
             log.warning("cluster %s: no view is proposed until %s (database time): a "
                         "database fail-over was detected in %s", cluster,

@@ -212,6 +212,29 @@ def ensure_component(engine: Engine, component: str, create: bool) -> None:
         upgrade_schema(engine, component)
 
 
+@attrs.define
+class SchemaOnce:
+    """:func:`ensure_component` on the first call only (the allocator's and the cluster
+    membership's tables are checked once per object)."""
+
+    engine: Engine
+    component: str
+    create: bool
+    _ok: bool = False
+
+    def __call__(self) -> None:
+        if not self._ok:
+            ensure_component(self.engine, self.component, self.create)
+            self._ok = True
+
+
+def schema_once(component: str) -> Any:
+    """An ``init=False`` attrs field holding the :class:`SchemaOnce` of ``component`` for
+    the object's ``engine`` and ``create_schema`` (fields declared before it)."""
+    return attrs.field(init=False, default=attrs.Factory(
+        lambda self: SchemaOnce(self.engine, component, self.create_schema), takes_self=True))
+
+
 # -- the allocator --------------------------------------------------------------------------
 @attrs.define
 class SqlWorkerAllocator:
@@ -250,7 +273,7 @@ class SqlWorkerAllocator:
     _held: dict[int, str] = attrs.field(init=False, factory=dict)
     #: the port identity each held id was acquired with (a re-assert after a fail-over)
     _ports: dict[int, int] = attrs.field(init=False, factory=dict)
-    _schema_ok: bool = attrs.field(init=False, default=False)
+    _schema: SchemaOnce = schema_once(WORKERS_COMPONENT)
     _lock_row_ok: bool = attrs.field(init=False, default=False)
     _lock: threading.Lock = attrs.field(init=False, factory=threading.Lock)
     #: one process may hold several ids at once (``workers = N``): every acquire has its
@@ -294,9 +317,7 @@ class SqlWorkerAllocator:
     # -- schema -------------------------------------------------------------------------------
     def ensure_schema(self) -> None:
         """Create and upgrade (if allowed) and check the tables once per allocator."""
-        if not self._schema_ok:
-            ensure_component(self.engine, WORKERS_COMPONENT, self.create_schema)
-            self._schema_ok = True
+        self._schema()
 
     # -- acquire ------------------------------------------------------------------------------
     def acquire(self, request: LeaseRequest) -> WorkerLease:

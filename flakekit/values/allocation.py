@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["Allocation"]
+from flakekit.errors import ConfigError
+
+__all__ = ["Allocation", "check_new_range"]
 
 
 @attrs.frozen
@@ -32,3 +34,15 @@ class Allocation:
     def start(self) -> int:
         """The first ID of the range."""
         return self.max_id - self.step
+
+
+def check_new_range(step: object, start: object, *, max_step: int, max_id: int,
+                    why: str = "") -> None:
+    """A new key's ``step`` (1 to ``max_step``) and first ID ``start`` (0 to
+    ``max_id - step``: the first fetch must not pass ``max_id``), checked alike by every
+    store's ``create``; ``why`` words the bound on ``start`` (" (a fetch ends ...)")."""
+    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= max_step:
+        raise ConfigError("step", f"must be an integer from 1 to {max_step}, got {step!r}")
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= max_id - step:
+        raise ConfigError("start", f"must be an integer from 0 to {max_id - step}{why}, "
+                          f"got {start!r}")

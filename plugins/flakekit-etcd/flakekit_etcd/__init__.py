@@ -81,7 +81,26 @@ def _endpoints(configured: str | None, ctx: BuildContext) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class EtcdSettings:
+class _EtcdClientSettings:
+    """What the allocator and the membership settings share: where etcd is, the lease
+    TTL and window (checked alike), how long a call waits, auth and the watch hint."""
+
+    endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    root: str = fk.root_field(DEFAULT_ROOT, example=DEFAULT_ROOT)
+    ttl: fk.Duration | None = fk.duration_field(None, minimum=1, optional=True)
+    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
+    safety_window: fk.Duration | None = fk.duration_field(None, optional=True)
+    username: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    password: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    watch: bool = attrs.field(default=True, validator=instance_of(bool))
+
+    def __attrs_post_init__(self) -> None:
+        _check_ttl(self.ttl, self.safety_window)
+        _check_access(self.endpoints, self.username, self.password)
+
+
+@attrs.frozen(kw_only=True)
+class EtcdSettings(_EtcdClientSettings):
     """``allocator = {type = "etcd", ...}``.
 
     Attributes:
@@ -104,21 +123,14 @@ class EtcdSettings:
             default true).
     """
 
-    endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     service: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = fk.root_field(DEFAULT_ROOT, example=DEFAULT_ROOT)
     ttl: fk.Duration = fk.duration_field("10s", minimum=1)
-    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
     safety_window: fk.Duration = fk.safety_window_field("ttl")
     quarantine: fk.Duration = fk.duration_field("30s")
-    username: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    password: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    watch: bool = attrs.field(default=True, validator=instance_of(bool))
 
     def __attrs_post_init__(self) -> None:
-        _check_ttl(self.ttl, self.safety_window)
+        super().__attrs_post_init__()
         fk.check_path_name("service", self.service)
-        _check_access(self.endpoints, self.username, self.password)
 
 
 def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> WorkerAllocator:
@@ -136,7 +148,7 @@ def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> Wo
 
 
 @attrs.frozen(kw_only=True)
-class EtcdMembershipSettings:
+class EtcdMembershipSettings(_EtcdClientSettings):
     """``[cluster] membership = {type = "etcd", ...}``.
 
     Attributes:
@@ -153,19 +165,6 @@ class EtcdMembershipSettings:
         watch: watch the view key for a quick reaction to a new view (a hint only;
             default true).
     """
-
-    endpoints: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    root: str = fk.root_field(DEFAULT_ROOT, example=DEFAULT_ROOT)
-    ttl: fk.Duration | None = fk.duration_field(None, minimum=1, optional=True)
-    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
-    safety_window: fk.Duration | None = fk.duration_field(None, optional=True)
-    username: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    password: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
-    watch: bool = attrs.field(default=True, validator=instance_of(bool))
-
-    def __attrs_post_init__(self) -> None:
-        _check_ttl(self.ttl, self.safety_window)
-        _check_access(self.endpoints, self.username, self.password)
 
 
 def build_etcd_membership(settings: EtcdMembershipSettings | None,

@@ -37,20 +37,24 @@ __all__ = ["PRELUDE", "Guard", "namespace"]
 
 log = logging.getLogger("flakekit.redis")
 
-#: every script: KEYS[1..4] = marker, rev counter, session counter, segment index;
-#: ARGV[1..4] = marker id seen ('' none), highest seq seen, '1' may create the marker
-#: (first use, empty namespace), the id to create it with. Own KEYS/ARGV start at 5.
-PRELUDE = """
+#: the Lua helpers every script starts with: Redis's clock in ms, and a comparison of two
+#: non-negative decimal strings, exactly
+_HELPERS = """
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function cmp(a, b)   -- two non-negative decimal strings, exactly
+local function cmp(a, b)
   if #a ~= #b then return #a < #b and -1 or 1 end
   if a == b then return 0 end
   return a < b and -1 or 1
 end
-local M = redis.call('HMGET', KEYS[1], 'id', 'seq', 'hold', 'floor')
+"""
+
+#: every script: KEYS[1..4] = marker, rev counter, session counter, segment index;
+#: ARGV[1..4] = marker id seen ('' none), highest seq seen, '1' may create the marker
+#: (first use, empty namespace), the id to create it with. Own KEYS/ARGV start at 5.
+PRELUDE = _HELPERS + """local M = redis.call('HMGET', KEYS[1], 'id', 'seq', 'hold', 'floor')
 if not M[1] then
   if ARGV[3] == '1' and ARGV[1] == ''
       and redis.call('EXISTS', KEYS[2], KEYS[3], KEYS[4]) == 0 then
@@ -72,17 +76,7 @@ local FLOOR = M[4] or '0'
 local function wrote() SEQ = redis.call('HINCRBY', KEYS[1], 'seq', 1) end
 """
 
-RESEED = """
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function cmp(a, b)
-  if #a ~= #b then return #a < #b and -1 or 1 end
-  if a == b then return 0 end
-  return a < b and -1 or 1
-end
-local t = now_ms()
+RESEED = _HELPERS + """local t = now_ms()
 local old = redis.call('HGET', KEYS[1], 'id') or ''
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'seq', 0, 'hold', t + tonumber(ARGV[3]),

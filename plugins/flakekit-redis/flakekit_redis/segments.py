@@ -21,7 +21,13 @@ from typing import Any
 
 import attrs
 
-from flakekit.plugin import Allocation, ConfigError, SegmentRowError, UnknownKeyError
+from flakekit.plugin import (
+    Allocation,
+    ConfigError,
+    SegmentRowError,
+    UnknownKeyError,
+    check_new_range,
+)
 from flakekit_redis.errors import RedisDataLostError
 from flakekit_redis.guard import Guard
 
@@ -223,11 +229,7 @@ class RedisSegmentStore:
         """Create ``key`` (the first ID is ``start``, or the marker's floor if higher);
         returns that first ID. ConfigError when it exists or the values are bad."""
         _check_key(key)
-        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= MAX_DB_STEP:
-            raise ConfigError("step", f"must be an integer from 1 to {MAX_DB_STEP}, got {step!r}")
-        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= MAX_ID - step:
-            raise ConfigError("start",
-                              f"must be an integer from 0 to {MAX_ID - step}, got {start!r}")
+        check_new_range(step, start, max_step=MAX_DB_STEP, max_id=MAX_ID)
         out = self.guard.run("create", _CREATE, [self.guard.segment_key(key)],
                              [key, step, str(start), description or ""],
                              what=f"creating key {key!r}", write=True)

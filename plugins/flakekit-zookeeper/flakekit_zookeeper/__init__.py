@@ -65,7 +65,21 @@ def _check_session(session: int | None, safety_window: int | None) -> None:
 
 
 @attrs.frozen(kw_only=True)
-class ZooKeeperSettings:
+class _ZkClientSettings:
+    """What the allocator and the membership settings share: the ensemble, the session
+    and its safety window (checked alike) and how long a connect waits."""
+
+    hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
+    session_timeout: fk.Duration | None = fk.duration_field(None, minimum=1, optional=True)
+    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
+    safety_window: fk.Duration | None = fk.duration_field(None, optional=True)
+
+    def __attrs_post_init__(self) -> None:
+        _check_session(self.session_timeout, self.safety_window)
+
+
+@attrs.frozen(kw_only=True)
+class ZooKeeperSettings(_ZkClientSettings):
     """``allocator = {type = "zookeeper", ...}``.
 
     Attributes:
@@ -96,12 +110,10 @@ class ZooKeeperSettings:
         port: leaf mode: the port in the znode name (default ``FLAKEKIT_PORT`` or 0).
     """
 
-    hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     mode: str = attrs.field(default="lease", validator=in_(("leaf", "lease")))
     name: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     root: str | None = fk.root_field(None, example="/snowflake", what="a znode path")
     session_timeout: fk.Duration = fk.duration_field("10s", minimum=1)
-    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
     safety_window: fk.Duration = fk.safety_window_field("session_timeout")
     quarantine: fk.Duration = fk.duration_field("30s")
     report_interval: fk.Duration = fk.duration_field("3s", minimum=1)
@@ -112,7 +124,7 @@ class ZooKeeperSettings:
                                                                     ge(0), le(65535)]))
 
     def __attrs_post_init__(self) -> None:
-        _check_session(self.session_timeout, self.safety_window)
+        super().__attrs_post_init__()
         fk.check_path_name("name", self.name)
         if self.ip is not None:
             import ipaddress  # when checked: the host imports this module for --help
@@ -193,7 +205,7 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None,
 
 
 @attrs.frozen(kw_only=True)
-class ZooKeeperMembershipSettings:
+class ZooKeeperMembershipSettings(_ZkClientSettings):
     """``[cluster] membership = {type = "zookeeper", ...}``.
 
     Attributes:
@@ -206,17 +218,13 @@ class ZooKeeperMembershipSettings:
             (default: a fifth of the session; less than half of it).
     """
 
-    hosts: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     root: str = fk.root_field("/flakekit", example="/flakekit", what="a znode path")
-    session_timeout: fk.Duration | None = fk.duration_field(None, minimum=1, optional=True)
-    connect_timeout: fk.Duration = fk.duration_field("5s", minimum=1)
-    safety_window: fk.Duration | None = fk.duration_field(None, optional=True)
 
     def __attrs_post_init__(self) -> None:
         if self.hosts is not None and not self.hosts.strip():
             raise fk.FieldError("hosts", "'hosts' must name the ensemble, such as "
                                 "'zk1:2181,zk2:2181', got ''")
-        _check_session(self.session_timeout, self.safety_window)
+        super().__attrs_post_init__()
 
 
 def build_zookeeper_membership(settings: ZooKeeperMembershipSettings | None,

@@ -166,6 +166,11 @@ class ZkMembership:
         return fk.BackendError(f"cluster membership in {self.where}: {action} failed: "
                                f"{_one_line(exc)}")
 
+    def _raced(self, action: str, then: str) -> fk.BackendError:
+        """``action`` lost every one of its :data:`_RACES` compare-and-set tries."""
+        return fk.BackendError(f"cluster membership in {self.where}: {action} lost "
+                               f"{_RACES} version races; {then}")
+
     # -- the connection --------------------------------------------------------------------
     def _connect(self, session_s: float | None = None) -> ZkConnection:
         """The started connection (made on first use; a reconnecting one is waited for,
@@ -415,8 +420,7 @@ class ZkMembership:
                     return
         except ZK_ERRORS as exc:
             raise self._error(f"leaving as {node!r}", exc) from None
-        raise fk.BackendError(f"cluster membership in {self.where}: leaving as {node!r} lost "
-                              f"{_RACES} version races; its session ends it anyway")
+        raise self._raced(f"leaving as {node!r}", "its session ends it anyway")
 
     def close(self) -> None:
         """End the session (its member znodes go with it); idempotent."""
@@ -539,8 +543,7 @@ class ZkMembership:
                     return False
         except ZK_ERRORS as exc:
             raise self._error(f"marking {node!r} as draining", exc) from None
-        raise fk.BackendError(f"cluster membership in {self.where}: marking {node!r} as "
-                              f"draining lost {_RACES} version races; retry")
+        raise self._raced(f"marking {node!r} as draining", "retry")
 
     def watch_view(self, cluster: str, callback: Callable[[], None] | None) -> None:
         """A data watch on the view znode as a hint: ``callback()`` (from kazoo's thread)
