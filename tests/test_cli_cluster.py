@@ -19,6 +19,7 @@ from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.membership import SqlMembership
 from flakekit.testing.cli import run_cli
 from flakekit.testing.databases import free_port, fresh_server_database
+from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
 from flakekit.values.owners import OwnerMap
@@ -67,6 +68,11 @@ def _status(capsys, config):
     code, out, err = run_cli(capsys, "cluster", "status", "--json", "-c", config)
     assert (code, err) == (0, ""), err
     return json.loads(out)
+
+
+def _settled(report) -> bool:
+    [orders] = report["strict"]
+    return orders["claim"] is not None and orders["claim"]["node"] == orders["owner"]
 
 
 def test_status_lists_members_view_and_owners(capsys, cluster):
@@ -271,6 +277,9 @@ def test_kit_cluster_node_serves_strict_keys_and_status_sees_it(capsys, tmp_path
         if nodes[1].owner("orders").node == "web-1":
             with pytest.raises(NotOwnerError):
                 kits[1]["orders"].next_id()
+        # the second node's view may move the key: the claim follows the owner once the
+        # hand-off is done (a planned one waits for the old owner's release)
+        wait_until(lambda: _settled(_status(capsys, config)), timeout=60, interval=0.2)
         report = _status(capsys, config)
         [orders] = report["strict"]
         assert orders["claim"]["node"] == orders["owner"]

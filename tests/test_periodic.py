@@ -151,7 +151,8 @@ class TestRollover:
         stores = [SqlSegmentStore(create_engine(db_url)) for _ in range(2)]
         clock = ManualClock()
         db = DbClock(clock, dt.datetime(2026, 12, 31, 23, 59, 59, 500_000, tzinfo=dt.UTC))
-        gens = [periodic(s, clock, db, reset="yearly").start() for s in stores]
+        # a race, not a deadline: a starved thread on a busy machine waits for its segment
+        gens = [periodic(s, clock, db, reset="yearly", wait_budget=60).start() for s in stores]
         seen: list[int] = []
         lock = threading.Lock()
         try:
