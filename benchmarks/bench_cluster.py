@@ -267,7 +267,8 @@ def _load_proc(spec: dict[str, Any], queue: Any) -> None:
             time.sleep(0.005)
         return time.process_time()
 
-    cpu = time.process_time() - run_threads(threads, started)
+    cpu0 = run_threads(threads, started)   # returns once the threads are done
+    cpu = time.process_time() - cpu0
     if client is not None:
         client.close()
     total: Counter[int] = Counter()
