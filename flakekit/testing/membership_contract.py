@@ -473,7 +473,7 @@ class MembershipContract:
         membership.watch_view(cluster, lambda: calls.append(time.monotonic()))
         time.sleep(self.watch_settle_s)   # the watch thread has created its watch
         assert other.propose(cluster, 0, [Member("x")]) is not None
-        wait_until(lambda: calls, 5, what="the watch callback")
+        wait_until(lambda: calls, 30, what="the watch callback")   # a hint: no deadline
         assert membership.renew(lease, 0).view_epoch == 1
         membership.watch_view(cluster, None)
         heard = len(calls)

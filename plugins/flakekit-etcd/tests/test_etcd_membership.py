@@ -238,7 +238,8 @@ def test_compaction_renewals_still_read_the_new_epoch(make, etcd_endpoints, root
     """The history compacted (physically) under the member's watch, then the view moved
     twice: each renewal reads the newest epoch, with or without the watch."""
     m, other = make(watch=watch), make()
-    lease = m.acquire(request(ns, lease_s=10.0))   # outlives 50 etcdctl runs on a busy host
+    # a long lease: 50 etcdctl runs may take tens of seconds in a niced background lane
+    lease = m.acquire(request(ns, lease_s=120.0))
     m.watch_view(ns, lambda: None)
     assert other.propose(ns, 0, [Member("x")]) is not None
     compact_history(etcd_endpoints, f"{root}/noise")
