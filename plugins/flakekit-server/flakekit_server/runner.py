@@ -261,6 +261,10 @@ def run_worker(
     return 0
 
 
+#: how long the supervisor waits for a process to start (or, stopped meanwhile, to exit)
+START_TIMEOUT_S = 120.0
+
+
 class _StoppedStarting(BaseException):
     """SIGTERM/SIGINT while the kit starts: the start-up ends there (then kit.close())."""
 
@@ -470,14 +474,17 @@ class Supervisor:
             stack = ""
             failure: dict[str, Any] | None = None
             for index, (_pid, r) in enumerate(pipes):
-                status = self._read_status(r, timeout=120)
+                status = self._read_status(r, timeout=START_TIMEOUT_S)
                 if not status.get("ok"):
                     failure = failure or status
                 else:
                     self.serving.add(index)
                 stack = status.get("stack", stack)
             if stop.is_set():  # SIGTERM/SIGINT during start-up: stop, it is no failure
-                self._stop_all()
+                # a process that joined the cluster leaves once its bounded start-up step
+                # ends: wait for that as long as for a start, not only --grace (a kill
+                # would leave its member alive until the lease lapses)
+                self._stop_all(max(self.options.grace, START_TIMEOUT_S))
                 return 0
             if failure is not None:
                 self._stop_all()
@@ -527,7 +534,7 @@ class Supervisor:
             self.restart_count[index] = self.restart_count.get(index, 0) + 1
             _pid, r = self._fork(index)
             self._publish()
-            status_ = self._read_status(r, timeout=120)
+            status_ = self._read_status(r, timeout=START_TIMEOUT_S)
             if status_.get("ok"):
                 self.serving.add(index)
                 self.last_error.pop(index, None)
@@ -565,17 +572,19 @@ class Supervisor:
         cap = 2.0 if self.cluster is not None else 30.0
         return 0.5 if last is None or now - last > 60 else min(cap, max(1.0, (now - last) * 2))
 
-    def _stop_all(self) -> None:
+    def _stop_all(self, grace: float | None = None) -> None:
+        """SIGTERM every process, SIGKILL those still there after ``grace`` (--grace)."""
+        grace = self.options.grace if grace is None else grace
         self.stopping = True
         for pid in list(self.children):
             _kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.options.grace
+        deadline = time.monotonic() + grace
         while self.children and time.monotonic() < deadline:
             self._reap(restart=False)
             time.sleep(0.05)
         for pid in list(self.children):
             log.error("process %d (pid %d) did not stop within %g s; killing it",
-                      self.children[pid], pid, self.options.grace)
+                      self.children[pid], pid, grace)
             _kill(pid, signal.SIGKILL)
         while self.children:
             self._reap(restart=False)

@@ -31,7 +31,7 @@ import attrs
 import pytest
 from server_testing import Server, create_keys, fresh_pg, run_cli
 
-from flakekit.testing.databases import free_port, proxied
+from flakekit.testing.databases import proxied
 from flakekit.testing.proxy import TcpProxy
 from flakekit.testing.requests import http_get
 
@@ -79,28 +79,51 @@ def _cluster_tables(url: str) -> None:
         engine.dispose()
 
 
-def free_ports(n: int) -> int:
-    """The first of ``n`` consecutive loopback ports nothing listens on right now, below
-    the kernel's ephemeral range: a port there may be taken by an outgoing connection
-    while its node is down, and a restarted node must get its ports back."""
-    import random
+#: lock files of the ports this test process handed out: held (``flock``) until it exits,
+#: so no other lane or node of this session gets them while a node is down or starting
+_RESERVED: dict[int, Any] = {}
+_RESERVATIONS = Path("/tmp/flakekit-test-ports")
+
+
+def _reserve(port: int) -> bool:
+    """Whether ``port`` is now this process's: nobody else reserved it, nothing is bound."""
+    import fcntl
     import socket
+
+    if port in _RESERVED:
+        return False
+    _RESERVATIONS.mkdir(exist_ok=True)
+    lock = (_RESERVATIONS / str(port)).open("a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+    except OSError:
+        lock.close()
+        return False
+    _RESERVED[port] = lock
+    return True
+
+
+def free_ports(n: int) -> int:
+    """The first of ``n`` consecutive loopback ports nothing listens on, kept for this test
+    process (a lock file per port: two nodes, or two CI lanes at once, never pick the same
+    one), and below the kernel's ephemeral range: a port there may be taken by an outgoing
+    connection while its node is down, and a restarted node must get its ports back."""
+    import random
 
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     while True:
         first = random.randrange(max(1024, low - 12000), low - n)
-        socks = []
-        try:
-            for port in range(first, first + n):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", port))
+        taken = []
+        for port in range(first, first + n):
+            if not _reserve(port):
+                break
+            taken.append(port)
+        else:
             return first
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
+        for port in taken:   # a partial run: give it back
+            _RESERVED.pop(port).close()
 
 
 @attrs.frozen
@@ -214,7 +237,7 @@ class Cluster:
         proxy = TcpProxy(self._db_port).start()
         path = cluster_config(self.tmp / f"node-{name}.toml", proxied(self.url, proxy),
                               **self._config)
-        node = Node(name, free_ports(1 + self.workers) if self.workers > 1 else free_port(),
+        node = Node(name, free_ports(1 + self.workers if self.workers > 1 else 1),
                     proxy, path, workers=self.workers)
         self.nodes.append(node)
         return node

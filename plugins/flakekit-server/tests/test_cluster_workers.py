@@ -267,9 +267,9 @@ def test_sigterm_of_a_supervisor_mid_start_leaves_no_member_alive(start_cluster)
             "SELECT node FROM flakekit_members WHERE node LIKE 'n1.%' AND state = 'alive'"):
         time.sleep(0.05)
     assert node.server is not None
-    node.server.proc.send_signal(signal.SIGTERM)
-    node.server.stop()
-    node.server = None
+    server, node.server = node.server, None
+    server.proc.send_signal(signal.SIGTERM)
+    server.stop(timeout=150)   # the supervisor waits up to 120 s for a start-up to end
     alive = cluster.sql("SELECT node FROM flakekit_members WHERE node LIKE 'n1.%' "
                         "AND state = 'alive'")
-    assert alive == [], alive
+    assert alive == [], f"{alive}\n{server.log()[-6000:]}"
