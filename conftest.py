@@ -12,7 +12,9 @@ database server, no ZooKeeper or etcd and no child process (README, "Tests").
 
 ``slow_parallel`` is set here on the ``slow`` drills of :data:`SLOW_PARALLEL`: they hold no
 timing margin a busy CPU could eat (wheel builds, processes racing for ids with no deadline
-in play), so scripts/test.sh runs them two at a time before the rest run one at a time.
+in play), so scripts/test.sh runs them two at a time before the rest run one at a time;
+``slow_beside`` on those of :data:`SLOW_BESIDE` (servers of their own, no deadline a slower
+CPU could miss): they run at nice 10 beside the one-at-a-time drills.
 """
 
 from __future__ import annotations
@@ -58,9 +60,21 @@ SLOW_PARALLEL = (
 )
 
 
+#: node id prefixes of slow drills that run on database servers of their own and mostly
+#: wait (a standby cut for 40 s, a fail-over): no lease or deadline a slower CPU could make
+#: them miss (their polls allow 30 s and more). ``slow_beside``: scripts/test.sh runs them
+#: at nice 10 beside the one-at-a-time drills, which keep the CPU when they want it
+SLOW_BESIDE = (
+    "tests/test_failover_drills.py",              # private replicated PostgreSQL/MariaDB
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow_parallel: a slow drill that may run beside "
                             "another (conftest.py SLOW_PARALLEL; scripts/test.sh)")
+    config.addinivalue_line("markers", "slow_beside: a slow drill on servers of its own "
+                            "that runs at nice 10 beside the others (conftest.py "
+                            "SLOW_BESIDE; scripts/test.sh)")
 
 
 def _reaches(func: object, depth: int = 3) -> bool:
@@ -94,5 +108,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 or any(item.get_closest_marker(m) for m in SERVICE_MARKERS)
                 or _reaches(getattr(item, "function", None))):
             item.add_marker(pytest.mark.services)
-        if item.nodeid.startswith(SLOW_PARALLEL) and item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.slow_parallel)
+        if item.get_closest_marker("slow"):
+            if item.nodeid.startswith(SLOW_PARALLEL):
+                item.add_marker(pytest.mark.slow_parallel)
+            elif item.nodeid.startswith(SLOW_BESIDE):
+                item.add_marker(pytest.mark.slow_beside)

@@ -141,7 +141,8 @@ fi
 # mostly wait on sockets, databases and leases). The `slow` drills of the first interpreter
 # marked `slow_parallel` (no timing margin at stake: wheel builds, processes racing for
 # ids) run two at a time, then the other `slow` drills (real processes, kill -9, SIGSTOP
-# past a lease, timeouts) alone, one at a time, as ever. Beside those two (TEST_OVERLAP=1,
+# past a lease, timeouts) alone, one at a time, as ever; the fail-over drills (conftest.py
+# SLOW_BESIDE: servers of their own, no deadline at stake) beside them at nice 10. Beside those (TEST_OVERLAP=1,
 # the default), at nice 19 and the lowest best-effort I/O priority so the drills keep the
 # CPU whenever they want it, one after another: the first interpreter's `not slow` lane,
 # each other interpreter's (once its venv is installed) and TEST_ALONGSIDE; their output
@@ -221,12 +222,26 @@ else
   else
     lane "$(label_of 0 "not slow, $workers processes")" "${venvs[0]}" -m "not slow" -n "$workers" "$@"
   fi
+  # the slow drills on servers of their own that mostly wait (conftest.py SLOW_BESIDE): at
+  # nice 10 beside the others (alone when the lanes do not overlap)
+  if [ "$overlap" = 1 ]; then
+    (renice -n 10 -p "$BASHPID" >/dev/null
+     lane "$(label_of 0 "slow, beside at nice 10: slow_beside")" "${venvs[0]}" \
+       -m "slow and slow_beside" "$@") >"$work/slow-beside.log" 2>&1 &
+    slow_side=$!
+    cleanups+=('kill "$slow_side" 2>/dev/null')
+  else
+    lane "$(label_of 0 "slow: slow_beside")" "${venvs[0]}" -m "slow and slow_beside" "$@"
+  fi
   # the slow drills that hold no timing margin (conftest.py SLOW_PARALLEL) two at a time,
   # a module per process; then every other one alone
   lane "$(label_of 0 "slow, 2 processes: slow_parallel")" "${venvs[0]}" \
     -m "slow and slow_parallel" -n 2 --dist loadfile "$@"
-  lane "$(label_of 0 "slow, one at a time")" "${venvs[0]}" -m "slow and not slow_parallel" "$@"
+  lane "$(label_of 0 "slow, one at a time")" "${venvs[0]}" \
+    -m "slow and not slow_parallel and not slow_beside" "$@"
   if [ "$overlap" = 1 ]; then
+    wait "$slow_side" || failed "the slow drills beside the others"
+    cat "$work/slow-beside.log" >&2
     wait "$side" || failed "the lanes beside the slow drills"
     cat "$work/beside.log" >&2
   fi
