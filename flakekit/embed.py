@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.cli import (
         USAGE_ERRORS,
     )
+    from flakekit.cluster.node import (
+        ClusterNode,
+    )
     from flakekit.cluster.processes import (
         process_advertise,
         process_node,
@@ -58,6 +61,7 @@ _FROM = {
     ),
     "flakekit.builtin.segments": ("SqlStoreOptions", "segments_report", "store_targets"),
     "flakekit.cli": ("USAGE_ERRORS",),
+    "flakekit.cluster.node": ("ClusterNode",),
     "flakekit.cluster.processes": ("process_advertise", "process_node", "processes_of"),
     "flakekit.generators.segment_service": ("SegmentService",),
     "flakekit.pluginhost.host": ("get_host",),

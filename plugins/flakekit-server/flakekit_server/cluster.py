@@ -31,12 +31,15 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flakekit.plugin import LATENCY_BUCKETS_S as HANDOFF_BUCKETS_S
 from flakekit.plugin import ClusterUnavailableError, KeyMovingError, NotOwnerError
 from flakekit_server.coalesce import Coalescer, Shape, single_shape
 from flakekit_server.forward import OWNER_EPOCH, Forwarder, ForwardError, Relayed
+
+if TYPE_CHECKING:
+    from flakekit.embed import ClusterNode
 
 __all__ = ["REFUSAL_REASONS", "ClusterHttp", "Hints", "epoch_header"]
 
@@ -72,7 +75,7 @@ class ClusterHttp:
     """What the HTTP side of one node adds to its ``ClusterNode``: the worker threads,
     the forwarder and the counters ``/metrics`` shows."""
 
-    def __init__(self, node: Any, forward_timeout: float | None = None,
+    def __init__(self, node: ClusterNode, forward_timeout: float | None = None,
                  refresh: float = 1.0) -> None:
         self.node = node
         settings = node.settings
@@ -177,8 +180,7 @@ class ClusterHttp:
         """Another node owns ``key`` in the applied view (``ClusterNode.other_owner``, no
         lock, no wait): the refusal :meth:`serve` would get from the runtime, so the
         request is forwarded (or answered 421/503) on the event loop, without a thread."""
-        other = getattr(self.node, "other_owner", None)
-        got = other(key) if other is not None else None
+        got = self.node.other_owner(key)
         if got is None:
             return None
         owner, epoch = got
