@@ -9,16 +9,11 @@ the claim gone, and the contract's test takes the id at once. test_etcd_lease.py
 
 from __future__ import annotations
 
-import itertools
-
-import pytest
 from etcdhelpers import allocator
 
-from flakekit.testing import AllocatorContract
+from flakekit.testing.contract_ports import PortedAllocatorContract
 
 
-class TestEtcdContract(AllocatorContract):
-    @pytest.fixture
-    def make_allocator(self, ns, closing):
-        ports = itertools.count(8080)
-        return lambda: closing(allocator(ns, quarantine="0s", ttl="4s", port=next(ports)))
+class TestEtcdContract(PortedAllocatorContract):
+    build = staticmethod(allocator)
+    settings = {"quarantine": "0s", "ttl": "4s"}

@@ -27,7 +27,6 @@ from flakekit.sql.backends import BackendPool, BackendSettings
 from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.testing import TcpProxy
 from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
-from flakekit.testing.databases import fresh_server_database
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
@@ -36,13 +35,11 @@ from flakekit.values.owners import owner_of
 KEYS = [f"k{i}" for i in range(8)] + ["hot"]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
-def sql_url(request, tmp_path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ids.db'}"
-        return
-    with fresh_server_database("postgresql") as url:
-        yield url
+@pytest.fixture(params=["sqlite_url", pytest.param("pg_url", marks=pytest.mark.postgresql)],
+                ids=["sqlite", "postgresql"])
+def sql_url(request) -> str:
+    """A SQLite file, then a fresh PostgreSQL database (the flakekit pytest plugin's)."""
+    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pytest
 from etcdhelpers import allocator, etcdctl, generator
 
 from flakekit.errors import LeaseError, LeaseLostError, WorkerExhaustedError
+from flakekit.testing.refusals import assert_refused_and_close
 from flakekit.testing.requests import lease_request as req
 from flakekit.testing.waiting import seconds_until_raises
 
@@ -99,9 +100,7 @@ class TestFence:
         key = f"/flakekit/{ns}/claims/{lease.worker_id}"
         etcdctl(etcd_endpoints, "del", key)
         etcdctl(etcd_endpoints, "put", key, "someone-else")
-        with pytest.raises(LeaseLostError):
-            a.renew(lease, time.time_ns())
-        a.close()
+        assert_refused_and_close(a, LeaseLostError, a.renew, lease, time.time_ns())
 
     def test_heartbeat_is_fenced_on_the_claim(self, etcd_endpoints, ns):
         """The heartbeat itself (after the claim was read) is one txn conditioned on the
@@ -143,9 +142,7 @@ class TestRevoked:
         record_property("stop_s", round(stopped, 3))
         print(f"revoke -> stop: {stopped:.3f} s (watch={watch})")
         assert stopped <= 1.0 + 0.3   # TTL/3 = 1 s, plus the keep-alive's round trip
-        with pytest.raises(LeaseError):
-            gen.next_id()
-        gen.close()
+        assert_refused_and_close(gen, LeaseError, gen.next_id)
 
     def test_successor_waits_lease_plus_quarantine_after_a_revoke(self, etcd_endpoints, ns):
         """etcd keeps no time: after the holder's lease was revoked the id stays
@@ -168,9 +165,7 @@ class TestRevoked:
         waited = time.monotonic() - t0
         assert waited >= first._lease_ms / 1000 - 0.05
         assert taken.worker_id == 0 and taken.epoch > old.epoch
-        with pytest.raises(LeaseLostError):
-            first.renew(old, time.time_ns())
-        first.close()
+        assert_refused_and_close(first, LeaseLostError, first.renew, old, time.time_ns())
         second.close()
 
 

@@ -27,21 +27,21 @@ from flakekit.cluster.member_lease import NEVER, MemberEvents, MemberSource, Mem
 from flakekit.cluster.store_contracts import JoinRequest, MemberLease
 from flakekit.errors import BackendError, LeaseLostError
 from flakekit.leases.keeper import LeaseKeeper
-from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import TcpProxy
-from flakekit.testing.configs import (
-    assert_build_refused,
-    assert_field_error,
-    cluster_table,
-    strict_config,
-)
+from flakekit.testing.configs import assert_build_refused, assert_field_error
+from flakekit.testing.membership_builders import join_request as request
+from flakekit.testing.membership_builders import member_path as member_key
+from flakekit.testing.membership_builders import membership_config
 from flakekit.testing.membership_contract import AddressedMembershipContract
+from flakekit.testing.plugin_hosts import plugin_host_fixture
 from flakekit.testing.services import script_service
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
 
 NS = 1_000_000_000
+
+plugin_host = plugin_host_fixture()
 
 
 def get_json(endpoints: str, key: str) -> dict[str, Any] | None:
@@ -68,14 +68,6 @@ def make(etcd_endpoints, root, closing):
         return closing(EtcdMembership(endpoints or etcd_endpoints, MonotonicClock(),
                                       root=root, **kw))
     return make
-
-
-def request(cluster: str, node: str = "n1", lease_s: float = 4.0) -> JoinRequest:
-    return JoinRequest(cluster, Member(node, f"http://{node}.test:8080"), lease_s)
-
-
-def member_key(root: str, cluster: str, node: str) -> str:
-    return f"{root}/clusters/{cluster}/members/{node}"
 
 
 class TestEtcdMembershipContract(AddressedMembershipContract):
@@ -308,12 +300,7 @@ def test_leader_change_is_no_false_loss(own_cluster):
 
 # -- errors and registration --------------------------------------------------------------------
 def _config(membership: dict[str, Any], lease: str = "10s"):
-    return strict_config(cluster_table(lease=lease, membership=membership))
-
-
-@pytest.fixture
-def plugin_host() -> PluginHost:
-    return PluginHost().load()
+    return membership_config(membership, lease=lease)
 
 
 def test_registered_as_membership_etcd(plugin_host, etcd_endpoints, tmp_path, monkeypatch):

@@ -17,17 +17,20 @@ database.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from flakekit.assembly.context import BuildContext
 from flakekit.leases.lease import LeaseRequest
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.events import Events
 
 REQ = LeaseRequest("bench", 1023, "10.9.8.7", 8080)
+#: the plugin's tests, whose ``redishelpers`` build the store and the allocator
+TESTS = Path(__file__).resolve().parents[1] / "tests"
 
 
 def per_call(fn: Callable[[], Any], n: int) -> float:
@@ -38,42 +41,39 @@ def per_call(fn: Callable[[], Any], n: int) -> float:
     return (time.perf_counter() - start) / n
 
 
-def ctx(name: str) -> BuildContext:
-    return BuildContext(name, f"generators.{name}", None, MonotonicClock(), Events(), None,
-                        None, "10.9.8.7", 8080, 0)  # type: ignore[arg-type]
-
-
 def cycle(alloc: Any) -> None:
     lease = alloc.acquire(REQ)
     alloc.release(lease, time.time_ns())
     alloc.close()
 
 
+def holder_numbers(alloc: Any, store: Any, n: int) -> dict[str, float]:
+    """A renewal, an acquire + release cycle and ``next_id()`` over ``store``: what each
+    path times the same way once its allocator is built."""
+    lease = alloc.acquire(REQ)
+    out = {"renew": per_call(lambda: alloc.renew(lease, time.time_ns()), n // 4)}
+    alloc.release(lease, time.time_ns())
+    alloc.close()
+    out["acquire+release"] = per_call(lambda: cycle(alloc), 50)
+    out["next_id"] = next_id_rate(store)
+    return out
+
+
 def redis_numbers(url: str, n: int) -> dict[str, float]:
     import redis
-    from flakekit_redis import (
-        RedisSettings,
-        RedisStoreSettings,
-        build_redis_allocator,
-        build_redis_store,
-    )
-    from flakekit_redis.guard import guard_for
+
+    sys.path.insert(0, str(TESTS))
+    from redishelpers import allocator, seed
+    from redishelpers import store as redis_store
 
     prefix = f"bench{uuid.uuid4().hex[:8]}"
-    guard_for(url, prefix, 5.0).reseed(0, 0)
+    seed(url, prefix)
     try:
-        store = build_redis_store(RedisStoreSettings(url=url, prefix=prefix), ctx("b"))
+        store = redis_store(url, prefix)
         store.create("k", 1000)
-        alloc = build_redis_allocator(RedisSettings(url=url, prefix=prefix, quarantine="0s"),
-                                      ctx("b"))
-        lease = alloc.acquire(REQ)
-        out = {"fetch": per_call(lambda: store.fetch("k"), n),
-               "renew": per_call(lambda: alloc.renew(lease, time.time_ns()), n // 4)}
-        alloc.release(lease, time.time_ns())
-        alloc.close()
-        out["acquire+release"] = per_call(lambda: cycle(alloc), 50)
-        out["next_id"] = next_id_rate(store)
-        return out
+        fetch = per_call(lambda: store.fetch("k"), n)
+        alloc = allocator(url, prefix, "b", quarantine="0s")
+        return {"fetch": fetch, **holder_numbers(alloc, store, n)}
     finally:
         client = redis.Redis.from_url(url)
         keys = list(client.scan_iter(match="{" + prefix + "}*"))
@@ -96,12 +96,7 @@ def pg_numbers(admin_url: str, n: int) -> dict[str, float]:
         alloc = SqlWorkerAllocator(engine=engine, service="b", clock=MonotonicClock(),
                                    host="10.9.8.7", port=8080, create_schema=True,
                                    events=Events())
-        lease = alloc.acquire(REQ)
-        out["renew"] = per_call(lambda: alloc.renew(lease, time.time_ns()), n // 4)
-        alloc.release(lease, time.time_ns())
-        alloc.close()
-        out["acquire+release"] = per_call(lambda: cycle(alloc), 50)
-        out["next_id"] = next_id_rate(store)
+        out.update(holder_numbers(alloc, store, n))
         engine.dispose()
         return out
 

@@ -7,21 +7,21 @@ claim is gone at once and, with quarantine 0, the id is free after the holder's 
 
 from __future__ import annotations
 
-import itertools
+from functools import partial
 
 import pytest
 from redishelpers import allocator, seed, store
 
 from flakekit.testing import AllocatorContract, SegmentStoreContract
+from flakekit.testing.contract_ports import on_own_ports
 
 
 class TestRedisAllocatorContract(AllocatorContract):
     @pytest.fixture
     def make_allocator(self, redis_url, rprefix, closing):
         seed(redis_url, rprefix)
-        ports = itertools.count(8080)
-        return lambda: closing(allocator(redis_url, rprefix, quarantine="0s", ttl="2s",
-                                         safety_window="400ms", port=next(ports)))
+        return on_own_ports(closing, partial(allocator, redis_url, rprefix, quarantine="0s",
+                                             ttl="2s", safety_window="400ms"))
 
     @pytest.fixture
     def expire(self, redis_url, rprefix):

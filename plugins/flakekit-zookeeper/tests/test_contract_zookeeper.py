@@ -9,7 +9,6 @@ test_zk_blips.py): a session outlives its holder by seconds, not on a test's com
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any
 
@@ -17,13 +16,12 @@ import pytest
 from zkhelpers import allocator
 
 from flakekit.testing import AllocatorContract
+from flakekit.testing.contract_ports import PortedAllocatorContract
 
 
-class TestZooKeeperLeaseContract(AllocatorContract):
-    @pytest.fixture
-    def make_allocator(self, ns, closing):
-        ports = itertools.count(8080)
-        return lambda: closing(allocator(ns, mode="lease", quarantine="0s", port=next(ports)))
+class TestZooKeeperLeaseContract(PortedAllocatorContract):
+    build = staticmethod(allocator)
+    settings = {"mode": "lease", "quarantine": "0s"}
 
 
 class TestZooKeeperLeafContract(AllocatorContract):

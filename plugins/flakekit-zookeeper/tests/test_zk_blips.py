@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 
@@ -23,6 +22,7 @@ from zkhelpers import ensemble_pid, ensemble_roles
 
 from flakekit.testing import TcpProxy
 from flakekit.testing.drills import spawn, write_config
+from flakekit.testing.termination import ended_on_sigterm
 
 pytestmark = pytest.mark.slow
 
@@ -77,13 +77,9 @@ def _blip(tmp_path, zk, ns, hosts: str, fault, heal, outage_s: float, session: s
         resumed = out.wait_for(lambda x: x.startswith("RENEW ")
                                and int(x.split()[2]) - lease_ns >= healed_at, 60)
         term_at = time.monotonic_ns()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if not ended_on_sigterm(proc, 30):
             raise AssertionError("SIGTERM did not end the generator process within 30 s "
-                                 "(close() blocked)") from None
+                                 "(close() blocked)")
         out.join(10)
     finally:
         if proc.poll() is None:

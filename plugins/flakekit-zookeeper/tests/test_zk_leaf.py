@@ -15,6 +15,7 @@ import flakekit
 from flakekit.errors import BackendError, ConfigError, WorkerExhaustedError
 from flakekit.testing import EventRecorder, ManualClock, TcpProxy
 from flakekit.testing.drills import tiny_layout
+from flakekit.testing.refusals import assert_refused_and_close
 from flakekit.testing.requests import lease_request as req
 from flakekit.values.events import Events
 
@@ -26,12 +27,17 @@ def leaf(ns, tmp_path, **kw):
     return allocator(ns, mode="leaf", connect_timeout="1s", session_timeout="4s", **kw)
 
 
+def clean_stop(a, lease, clock=time):
+    """What a process's clean stop does: its id released (now on ``clock``), closed."""
+    a.release(lease, clock.time_ns())
+    a.close()
+
+
 def ran_once(ns, tmp_path, **kw):
     """A Leaf-mode allocator that took its id, released it and closed (its znode and
     cache file stay, as after a clean stop)."""
     a = leaf(ns, tmp_path, **kw)
-    a.release(a.acquire(req()), (kw.get("clock") or time).time_ns())
-    a.close()
+    clean_stop(a, a.acquire(req()), kw.get("clock") or time)
     return a
 
 
@@ -93,8 +99,7 @@ class TestLeafZnodes:
         with pytest.raises(WorkerExhaustedError, match="another live process .*uses "
                            "identity 10.9.8.7:8080.*FLAKEKIT_PORT"):
             leaf(ns, tmp_path).acquire(req())
-        first.release(lease, time.time_ns())
-        first.close()
+        clean_stop(first, lease)
         later = leaf(ns, tmp_path)
         assert later.acquire(req()).worker_id == lease.worker_id
         later.close()
@@ -109,8 +114,7 @@ class TestLeafZnodes:
         assert children == ["10.9.8.7:8080-0000000000"]
         data = json.loads(zk.get(f"/snowflake/{ns}/forever/{children[0]}")[0])
         assert set(data) == {"ip", "port", "timestamp"} and data["port"] == "8080"
-        a.release(lease, time.time_ns())
-        a.close()
+        clean_stop(a, lease)
         other = leaf(ns, tmp_path, port=9090)
         assert other.acquire(req()).worker_id == 1
         other.close()
@@ -145,9 +149,8 @@ class TestLeafZnodes:
             zk.create(f"{base}/{ip}:8080-", b'{"ip":"x","port":"8080","timestamp":0}',
                       sequence=True)
         a = leaf(ns, tmp_path)
-        with pytest.raises(WorkerExhaustedError, match="0000000002.*0..1"):
-            a.acquire(req(max_worker_id=1))
-        a.close()
+        assert_refused_and_close(a, WorkerExhaustedError, a.acquire, req(max_worker_id=1),
+                                 match="0000000002.*0..1")
 
     def test_reports_time_and_moves_the_deadline(self, zk, ns, tmp_path):
         """report() writes now into the node and the cache; the keeper's renew() then
@@ -166,8 +169,7 @@ class TestLeafZnodes:
         assert not a.report()
         assert json.loads(zk.get(a.node)[0])["timestamp"] == ts
         assert "flakekit_clock_moved_backwards" in rec.names()
-        a.release(lease, clock.time_ns())
-        a.close()
+        clean_stop(a, lease, clock)
 
     def test_reporter_thread_runs(self, zk, ns, tmp_path):
         """The background report runs every report_interval (here 0.2 s)."""
@@ -179,8 +181,7 @@ class TestLeafZnodes:
             time.sleep(0.05)
         assert a.reports >= 3
         assert json.loads(zk.get(a.node)[0])["timestamp"] > first
-        a.release(lease, time.time_ns())
-        a.close()
+        clean_stop(a, lease)
 
 
 class TestClockCheck:
@@ -207,9 +208,7 @@ class TestClockCheck:
         a.close()
         clock.step(-5)
         b = leaf(ns, tmp_path, clock=clock)
-        with pytest.raises(ClockBehindReportError, match="cache file"):
-            b.acquire(req())
-        b.close()
+        assert_refused_and_close(b, ClockBehindReportError, b.acquire, req(), match="cache file")
         assert lease.worker_id == 0
 
     def test_generator_never_stamps_below_last_report(self, ns, tmp_path):
@@ -231,16 +230,14 @@ class TestCache:
         rec = EventRecorder()
         a = leaf(ns, tmp_path)
         lease = a.acquire(req())
-        a.release(lease, time.time_ns())
-        a.close()
+        clean_stop(a, lease)
         b = leaf(ns, tmp_path, hosts=DOWN, events=Events(rec))
         t0 = time.monotonic()
         lease2 = b.acquire(req())
         assert lease2.worker_id == lease.worker_id and b.source == "cache"
         assert time.monotonic() - t0 < 5
         assert "flakekit_alert" in rec.names()
-        b.release(lease2, time.time_ns())
-        b.close()
+        clean_stop(b, lease2)
 
     def test_zookeeper_down_and_cache_ahead_of_clock_refuses(self, ns, tmp_path):
         """Cache timestamp later than the clock, ZooKeeper down: refuse (Leaf starts)."""
@@ -248,16 +245,13 @@ class TestCache:
         ran_once(ns, tmp_path, clock=clock)
         clock.step(-60)
         b = leaf(ns, tmp_path, clock=clock, hosts=DOWN)
-        with pytest.raises(ClockBehindReportError, match="cache file"):
-            b.acquire(req())
-        b.close()
+        assert_refused_and_close(b, ClockBehindReportError, b.acquire, req(), match="cache file")
 
     def test_zookeeper_down_without_cache_fails_clearly(self, ns, tmp_path):
         """No cache and no ZooKeeper: a BackendError that says both."""
         b = leaf(ns, tmp_path, hosts=DOWN)
-        with pytest.raises(BackendError, match="did not answer.*no cache file"):
-            b.acquire(req())
-        b.close()
+        assert_refused_and_close(b, BackendError, b.acquire, req(),
+                                 match="did not answer.*no cache file")
 
     def test_cloned_cache_file_is_ignored(self, ns, tmp_path):
         """A cache file copied from another ip:port (a cloned image) is not used."""
@@ -265,17 +259,14 @@ class TestCache:
         b = leaf(ns, tmp_path, hosts=DOWN, ip="10.0.0.6")
         b.cache_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(a.cache_path, b.cache_path)
-        with pytest.raises(BackendError, match="another identity"):
-            b.acquire(req())
-        b.close()
+        assert_refused_and_close(b, BackendError, b.acquire, req(), match="another identity")
 
     def test_cache_file_from_before_instances_still_counts(self, ns, tmp_path):
         """A cache file written before identities had an ``instance`` (0.1.0's first
         release) is instance 0's own file, not a clone: ZooKeeper down, it is used."""
         a = leaf(ns, tmp_path)
         lease = a.acquire(req())
-        a.release(lease, time.time_ns())
-        a.close()
+        clean_stop(a, lease)
         raw = json.loads(a.cache_path.read_text())
         del raw["identity"]["instance"]
         a.cache_path.write_text(json.dumps(raw))
@@ -284,9 +275,7 @@ class TestCache:
         b.close()
         c = leaf(ns, tmp_path, hosts=DOWN, instance=1)   # but never instance 1's
         c.cache_path.write_text(json.dumps(raw))
-        with pytest.raises(BackendError, match="another identity"):
-            c.acquire(req())
-        c.close()
+        assert_refused_and_close(c, BackendError, c.acquire, req(), match="another identity")
 
     def test_back_online_resumes_reporting(self, zk, zk_hosts, ns, tmp_path):
         """Started from the cache, the reporter finds its znode once ZooKeeper answers."""
@@ -297,8 +286,7 @@ class TestCache:
         b.hosts = zk_hosts  # "ZooKeeper comes back"
         assert b.report()
         assert b.source == "zookeeper" and b.node == a.node
-        b.release(lease, time.time_ns())
-        b.close()
+        clean_stop(b, lease)
 
     def test_back_online_with_a_later_report_stops_ids(self, zk, zk_hosts, ns, tmp_path):
         """Started from the cache; when ZooKeeper answers, our znode holds a time later
@@ -319,8 +307,7 @@ class TestCache:
         assert b.source == "cache"
         assert pushed and pushed[0][0] == "lost" and "a cloned host" in pushed[0][1]
         assert {"flakekit_clock_moved_backwards", "flakekit_alert"} <= set(rec.names())
-        b.release(lease, time.time_ns())
-        b.close()
+        clean_stop(b, lease)
 
     def test_outage_never_blocks_report_release_or_close(self, zk_hosts, ns, tmp_path):
         """ZooKeeper unreachable after start: a report keeps the cache file current and

@@ -23,10 +23,15 @@ from zkhelpers import generator
 from flakekit.errors import LeaseLostError
 from flakekit.testing import free_port
 from flakekit.testing.drills import PYTHON, parse_ids, read_until, sigstop, spawn, write_config
+from flakekit.testing.refusals import assert_refused_and_close
+from flakekit.testing.termination import ended_on_sigterm
 
 pytestmark = pytest.mark.slow
 
 DOWN = "127.0.0.1:1"
+
+#: the ``flakekit`` command of this interpreter's environment
+FLAKEKIT = os.path.join(os.path.dirname(PYTHON), "flakekit")
 
 
 def _leaf_cfg(tmp_path, ns, hosts, cache, name="cfg"):
@@ -35,6 +40,16 @@ def _leaf_cfg(tmp_path, ns, hosts, cache, name="cfg"):
     sub = tmp_path / name
     sub.mkdir(exist_ok=True)
     return write_config(sub, ns, table)
+
+
+def _serve_cfg(tmp_path: Path, ns: str, hosts: str, extra: str = "") -> Path:
+    """``serve.toml``: generator ``ns`` in leaf mode, its cache in ``tmp_path/cache``;
+    ``extra`` goes into the allocator table."""
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text(f'[generators.{ns}]\nstrategy = "snowflake"\nallocator = {{ type = '
+                   f'"zookeeper", mode = "leaf", hosts = "{hosts}", cache_dir = '
+                   f'"{tmp_path / "cache"}"{extra} }}\n')
+    return cfg
 
 
 def _refused(proc: subprocess.Popen[str], timeout: float = 60) -> str:
@@ -55,6 +70,13 @@ def _no_duplicates(*outs: str) -> int:
     return len(ids)
 
 
+def _first_went_on(first: subprocess.Popen[str], refusal: str, says: str) -> int:
+    """The second process's refusal ``says`` why; the first stops cleanly with no ID
+    issued twice (how many it issued)."""
+    assert says in refusal, refusal
+    return _no_duplicates(_stop(first))
+
+
 def test_zookeeper_unreachable_at_the_second_start(tmp_path, zk_hosts, ns):
     """A live process; a second one with the same identity cannot reach ZooKeeper and
     would start from the shared cache file: refused by the host lock."""
@@ -63,8 +85,7 @@ def test_zookeeper_unreachable_at_the_second_start(tmp_path, zk_hosts, ns):
     read_until(a, "LEASE ")
     b = spawn(_leaf_cfg(tmp_path, ns, DOWN, cache, "down"), ns, "--seconds", "1")
     err = _refused(b)
-    assert "another live process on this host uses identity 10.9.8.7:8080" in err, err
-    n = _no_duplicates(_stop(a))
+    n = _first_went_on(a, err, "another live process on this host uses identity 10.9.8.7:8080")
     print(f"\nZooKeeper unreachable at the second start: refused; {n} IDs from the first")
 
 
@@ -81,8 +102,7 @@ def test_first_process_paused_past_two_report_intervals(tmp_path, zk_hosts, ns):
         err = _refused(b)
     finally:
         os.kill(a.pid, signal.SIGCONT)
-    assert "another live process" in err, err
-    n = _no_duplicates(_stop(a))
+    n = _first_went_on(a, err, "another live process")
     print(f"\npaused first process: the second refused; {n} IDs from the first")
 
 
@@ -117,8 +137,7 @@ def test_another_host_is_refused_by_the_live_znode(tmp_path, zk_hosts, ns):
     b = spawn(_leaf_cfg(tmp_path, ns, zk_hosts, tmp_path / "host-b", "b"), ns,
               "--seconds", "1")
     err = _refused(b)
-    assert f"/snowflake/{ns}/live/10.9.8.7:8080 is held by ZooKeeper session" in err, err
-    _no_duplicates(_stop(a))
+    _first_went_on(a, err, f"/snowflake/{ns}/live/10.9.8.7:8080 is held by ZooKeeper session")
 
 
 def test_an_overwritten_report_stops_the_loser(zk, tmp_path, ns):
@@ -135,9 +154,7 @@ def test_an_overwritten_report_stops_the_loser(zk, tmp_path, ns):
         time.sleep(0.05)
     assert alloc.lost is not None and "written by another process" in alloc.lost
     assert gen.keeper.lost is not None and "written by another process" in gen.keeper.lost
-    with pytest.raises(LeaseLostError):
-        gen.next_id()
-    gen.close()
+    assert_refused_and_close(gen, LeaseLostError, gen.next_id)
 
 
 def test_second_server_with_reuseport_is_refused(tmp_path, zk_hosts, ns):
@@ -146,15 +163,11 @@ def test_second_server_with_reuseport_is_refused(tmp_path, zk_hosts, ns):
     refuses them and the second server does not start, even while the first server's
     processes are paused (no fresh report). Reports every 0.5 s (the paused-past-two-
     intervals property keeps its default-settings drill above)."""
-    flakekit = os.path.join(os.path.dirname(PYTHON), "flakekit")
-    cfg = tmp_path / "serve.toml"
-    cfg.write_text(f'[generators.{ns}]\nstrategy = "snowflake"\nallocator = {{ type = '
-                   f'"zookeeper", mode = "leaf", hosts = "{zk_hosts}", cache_dir = '
-                   f'"{tmp_path / "cache"}", report_interval = "0.5s" }}\n')
+    cfg = _serve_cfg(tmp_path, ns, zk_hosts, ', report_interval = "0.5s"')
     port = free_port()
     env = {**os.environ, "FLAKEKIT_SERVER_REUSEPORT": "1"}
     env.pop("FLAKEKIT_PORT", None)
-    cmd = [flakekit, "serve", "--port", str(port), "--workers", "2", "--config", str(cfg)]
+    cmd = [FLAKEKIT, "serve", "--port", str(port), "--workers", "2", "--config", str(cfg)]
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env)
     try:
@@ -185,12 +198,7 @@ def test_second_server_with_reuseport_is_refused(tmp_path, zk_hosts, ns):
         assert "another live process on this host" in err, err[-2000:]
         assert first.poll() is None   # the first server is unharmed
     finally:
-        first.send_signal(signal.SIGTERM)
-        try:
-            first.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            first.kill()
-            first.communicate()
+        ended_on_sigterm(first, 30, first.communicate)
 
 
 def test_port_0_is_refused_in_leaf_mode(tmp_path, ns):
@@ -212,13 +220,9 @@ def test_serve_port_0_is_refused_in_leaf_mode(tmp_path, zk_hosts, ns):
     """``flakekit serve --port 0`` with a leaf-mode generator: the identity keeps port 0
     (a random port is no identity), so the allocator refuses it in one line instead of
     registering a new ip:port (a new worker id) on every restart."""
-    flakekit = os.path.join(os.path.dirname(PYTHON), "flakekit")
-    cfg = tmp_path / "serve.toml"
-    cfg.write_text(f'[generators.{ns}]\nstrategy = "snowflake"\nallocator = {{ type = '
-                   f'"zookeeper", mode = "leaf", hosts = "{zk_hosts}", cache_dir = '
-                   f'"{tmp_path / "cache"}" }}\n')
+    cfg = _serve_cfg(tmp_path, ns, zk_hosts)
     env = {k: v for k, v in os.environ.items() if k != "FLAKEKIT_PORT"}
-    proc = subprocess.run([flakekit, "serve", "--port", "0", "--config", str(cfg)],
+    proc = subprocess.run([FLAKEKIT, "serve", "--port", "0", "--config", str(cfg)],
                           capture_output=True, text=True, env=env, timeout=90)
     assert proc.returncode != 0 and "listening" not in proc.stdout, (proc.stdout, proc.stderr)
     assert "allocator.port" in proc.stderr and "FLAKEKIT_PORT" in proc.stderr, proc.stderr

@@ -16,23 +16,22 @@ from flakekit_zookeeper.membership import ZkMembership
 from zkhelpers import expire_session
 
 from flakekit.assembly.kit import build_kit
-from flakekit.cluster.store_contracts import JoinRequest, MemberLease
+from flakekit.cluster.store_contracts import MemberLease
 from flakekit.errors import BackendError, LeaseLostError
-from flakekit.pluginhost.host import PluginHost
 from flakekit.testing import TcpProxy
 from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
-from flakekit.testing.configs import (
-    assert_build_refused,
-    assert_field_error,
-    cluster_table,
-    strict_config,
-)
+from flakekit.testing.configs import assert_build_refused, assert_field_error
+from flakekit.testing.membership_builders import join_request as request
+from flakekit.testing.membership_builders import member_path, membership_config
 from flakekit.testing.membership_contract import AddressedMembershipContract
+from flakekit.testing.plugin_hosts import plugin_host_fixture
 from flakekit.testing.waiting import wait_until
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
 
 NS = 1_000_000_000
+
+plugin_host = plugin_host_fixture()
 
 
 @pytest.fixture
@@ -49,14 +48,6 @@ def make(zk_hosts, root, made, closing):
         made.append(m)
         return m
     return make
-
-
-def member_path(root: str, cluster: str, node: str) -> str:
-    return f"{root}/clusters/{cluster}/members/{node}"
-
-
-def request(cluster: str, node: str = "n1", lease_s: float = 4.0) -> JoinRequest:
-    return JoinRequest(cluster, Member(node, f"http://{node}.test:8080"), lease_s)
 
 
 class TestZkMembershipContract(AddressedMembershipContract):
@@ -244,22 +235,14 @@ def test_the_watch_is_rearmed_after_a_blip(make, zk_hosts, ns):
 
 
 # -- errors and registration --------------------------------------------------------------------
-def _config(membership: dict[str, Any]):
-    return strict_config(cluster_table(membership=membership))
-
-
-@pytest.fixture
-def plugin_host() -> PluginHost:
-    return PluginHost().load()
-
-
 def test_registered_as_membership_zookeeper(plugin_host, zk_hosts, tmp_path, monkeypatch):
     """``[cluster] membership = {type = "zookeeper", ...}`` builds a ZkMembership
     (connected only on first use) with the settings given."""
     monkeypatch.chdir(tmp_path)
     assert "zookeeper" in plugin_host.memberships.names()
-    kit = build_kit(_config({"type": "zookeeper", "hosts": zk_hosts, "root": "/fk-reg",
-                             "session_timeout": "6s", "safety_window": "1s"}), plugin_host)
+    table = {"type": "zookeeper", "hosts": zk_hosts, "root": "/fk-reg",
+             "session_timeout": "6s", "safety_window": "1s"}
+    kit = build_kit(membership_config(table), plugin_host)
     try:
         m = kit.membership
         assert isinstance(m, ZkMembership) and m.connection is None
@@ -281,7 +264,7 @@ def test_registered_as_membership_zookeeper(plugin_host, zk_hosts, tmp_path, mon
 ], ids=["session-floor", "safety", "root", "hosts", "typo"])
 def test_bad_settings_fail_in_one_line(plugin_host, tmp_path, monkeypatch, settings, message):
     monkeypatch.chdir(tmp_path)
-    assert_build_refused(_config({"type": "zookeeper", **settings}), plugin_host, message)
+    assert_build_refused(membership_config({"type": "zookeeper", **settings}), plugin_host, message)
 
 
 def test_settings_cross_checks_name_their_field():
