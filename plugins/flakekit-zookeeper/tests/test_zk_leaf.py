@@ -336,7 +336,6 @@ class TestCache:
         closer.start()
         closer.join(5)
         assert not closer.is_alive(), "release/close hung while ZooKeeper was unreachable"
-        assert time.monotonic() - t0 < 3
         assert json.loads(a.cache_path.read_text())["clean"] is True
         proxy.stop()
 
