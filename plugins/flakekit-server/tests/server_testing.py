@@ -5,9 +5,11 @@ where a test asks for one)."""
 from __future__ import annotations
 
 import contextlib
+import html
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,6 +30,8 @@ FLAKEKIT = str(Path(sys.executable).with_name("flakekit"))
 CHROMIUM = shutil.which("chromium") or (
     "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 NO_CHROMIUM = "chromium is not installed: run plugins/flakekit-server/scripts/install-browser.sh"
+#: the mark of a test that needs `CHROMIUM`
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 
 
 def fresh_pg() -> Iterator[str]:
@@ -186,6 +190,23 @@ def chromium(tmp_path: Path, *args: str, budget_ms: int = 3000) -> subprocess.Co
            "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
            f"--virtual-time-budget={budget_ms}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+
+
+def dump_dom(tmp_path: Path, url: str, *args: str) -> str:
+    """The DOM of ``url`` after its scripts ran (`chromium` with ``args``, then
+    ``--dump-dom``); asserts Chromium exited 0."""
+    result = chromium(tmp_path, *args, "--dump-dom", url)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def table_rows(dom: str, table_id: str) -> list[list[str]]:
+    """The text of each row of a table's body in a dumped DOM, as a person reads it."""
+    body = dom.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
+    body = body.split("<tbody>", 1)[1]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
+    return [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+             for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]
 
 
 @pytest.fixture(scope="module")
