@@ -13,7 +13,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,9 +21,11 @@ from typing import Any
 
 import pytest
 
+from flakekit.testing.command import FLAKEKIT, run_flakekit
 from flakekit.testing.requests import http_get
 
-FLAKEKIT = str(Path(sys.executable).with_name("flakekit"))
+#: ``run_cli("db", "init", "--config", path)``: `flakekit` in a child process
+run_cli = run_flakekit
 #: headless Chromium for the monitor-page tests (None: not installed; the plugin's
 #: scripts/install-browser.sh installs Debian's package)
 CHROMIUM = shutil.which("chromium") or (
@@ -172,12 +173,6 @@ def invoice_server(tmp: Path) -> Iterator[Server]:
     invoice, step 100); stopped on exit."""
     with Server(sqlite_config(tmp, {"invoice": 100}, name="flakekit.toml"), tmp=tmp) as server:
         yield server
-
-
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "FLAKEKIT_CONFIG"}
-    return subprocess.run([FLAKEKIT, *args], capture_output=True, text=True, timeout=timeout,
-                          env=env)
 
 
 def chromium(tmp_path: Path, *args: str, budget_ms: int = 3000) -> subprocess.CompletedProcess[str]:
