@@ -63,6 +63,7 @@ from typing import Any
 
 from _common import fmt_ms, load_average, percentile_ms, run_threads
 
+from flakekit.testing.command import run_flakekit as cli
 from flakekit.testing.requests import http_get
 
 PY = sys.executable
@@ -102,12 +103,6 @@ def membership_config(store: str) -> dict[str, str]:
         return {"membership": f'{{ type = "etcd", endpoints = '
                               f'"{os.environ["ETCD_ENDPOINTS"]}", root = "{root}" }}'}
     return {}
-
-
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "FLAKEKIT_CONFIG"}
-    return subprocess.run([FLAKEKIT, *args], capture_output=True, text=True, timeout=timeout,
-                          env=env)
 
 
 def free_port() -> int:

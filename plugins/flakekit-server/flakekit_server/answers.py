@@ -32,8 +32,8 @@ from flakekit.plugin import (
 )
 
 __all__ = [
-    "HTML", "JSON", "PROM", "TEXT", "HttpError", "Pending", "Response", "error_body",
-    "from_exception", "key_name", "not_found", "query_params",
+    "HTML", "JSON", "NO_STORE", "PROM", "TEXT", "HttpError", "Pending", "Response",
+    "error_body", "from_exception", "key_name", "not_found", "query_params",
 ]
 
 log = logging.getLogger("flakekit.server")
@@ -44,6 +44,9 @@ HTML = b"text/html; charset=utf-8"
 PROM = b"text/plain; version=0.0.4; charset=utf-8"
 
 Response = tuple[int, bytes, bytes, bytes, str]   # status, content type, body, headers, route
+
+#: the header of an answer that is current only now (a page, a view, a lease)
+NO_STORE = b"Cache-Control: no-store\r\n"
 
 _RETRY = b"Retry-After: 1\r\n"
 

@@ -21,6 +21,7 @@ from flakekit.plugin import (
 from flakekit_server.answers import (
     HTML,
     JSON,
+    NO_STORE,
     TEXT,
     HttpError,
     Pending,
@@ -35,8 +36,6 @@ from flakekit_server.strict_routes import StrictRoutes
 __all__ = ["LeafRoutes"]
 
 log = logging.getLogger("flakekit.server")
-
-_NO_STORE = b"Cache-Control: no-store\r\n"
 
 
 class LeafRoutes(StrictRoutes, Offload):
@@ -124,7 +123,7 @@ class LeafRoutes(StrictRoutes, Offload):
                 target=self._read_db, daemon=True, name="flakekit-server-db-page")
             reader.start()
         if page:
-            return 200, HTML, page, _NO_STORE, "monitor"
+            return 200, HTML, page, NO_STORE, "monitor"
 
         async def first() -> Response:
             if reader is not None:
@@ -133,7 +132,7 @@ class LeafRoutes(StrictRoutes, Offload):
             if not page:
                 raise HttpError(503, "unavailable", "the segment tables did not answer within "
                                 "1 s; retry", b"Retry-After: 1\r\n")
-            return 200, HTML, page, _NO_STORE, "monitor"
+            return 200, HTML, page, NO_STORE, "monitor"
 
         return Pending("monitor", first)
 

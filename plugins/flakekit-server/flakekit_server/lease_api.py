@@ -52,7 +52,15 @@ from flakekit.plugin import (
     WorkerAllocator,
     WorkerLease,
 )
-from flakekit_server.answers import JSON, HttpError, Pending, Response, not_found, query_params
+from flakekit_server.answers import (
+    JSON,
+    NO_STORE,
+    HttpError,
+    Pending,
+    Response,
+    not_found,
+    query_params,
+)
 
 __all__ = ["LEASES_PREFIX", "Grant", "LeaseApi", "RateLimit"]
 
@@ -194,7 +202,7 @@ class LeaseApi:
 
         async def run() -> Response:
             body = await asyncio.get_running_loop().run_in_executor(pool, work)
-            return 200, JSON, json.dumps(body).encode(), b"Cache-Control: no-store\r\n", route
+            return 200, JSON, json.dumps(body).encode(), NO_STORE, route
 
         return Pending(route, run)
 

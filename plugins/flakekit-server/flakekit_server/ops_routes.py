@@ -13,6 +13,7 @@ from flakekit.embed import pool_durability
 from flakekit_server.answers import (
     HTML,
     JSON,
+    NO_STORE,
     PROM,
     TEXT,
     HttpError,
@@ -25,8 +26,6 @@ from flakekit_server.metrics import durability_metrics, render
 from flakekit_server.reports import Reports
 
 __all__ = ["OpsRoutes"]
-
-_NO_STORE = b"Cache-Control: no-store\r\n"
 
 
 def _json(status: int, body: Any, route: str, headers: bytes = b"") -> Response:
@@ -109,7 +108,7 @@ class OpsRoutes(Reports):
         async def run() -> Response:   # status() reads the membership store: off the loop
             status = await asyncio.get_running_loop().run_in_executor(
                 cluster.pool(), cluster.public_status)
-            return _json(200, status, "cluster", _NO_STORE)
+            return _json(200, status, "cluster", NO_STORE)
 
         return Pending("cluster", run)
 
@@ -124,7 +123,7 @@ class OpsRoutes(Reports):
     def _monitor(self, query: bytes, auth: bytes | None) -> Response:
         from flakekit_server.monitor import PAGE
 
-        return 200, HTML, PAGE, _NO_STORE, "monitor"
+        return 200, HTML, PAGE, NO_STORE, "monitor"
 
     def _cache(self, query: bytes, auth: bytes | None) -> Response:
         return 302, TEXT, b"see /\n", b"Location: /\r\n", "monitor"

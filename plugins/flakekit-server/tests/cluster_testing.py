@@ -36,7 +36,7 @@ from flakekit.testing.proxy import TcpProxy
 from flakekit.testing.requests import http_get
 
 __all__ = ["Cluster", "Node", "Process", "Record", "Recorder", "check_i1", "check_i2",
-           "cluster_config",
+           "check_ids", "cluster_config",
            "cluster_db", "metric", "start_cluster", "trio", "unavailable_ms"]
 
 STRICT_KEY = "order"
@@ -569,6 +569,12 @@ def check_i2(records: list[Record]) -> None:
             j += 1
         assert rec.id is not None and rec.id > best, (
             f"I2 broken: {rec} started after {best_rec} ended, but its ID is not larger")
+
+
+def check_ids(records: list[Record]) -> None:
+    """I1 and I2, the two properties every drill asserts over what its clients saw."""
+    check_i1(records)
+    check_i2(records)
 
 
 def unavailable_ms(records: list[Record], since: int | None = None) -> float:

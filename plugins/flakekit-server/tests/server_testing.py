@@ -5,13 +5,14 @@ where a test asks for one)."""
 from __future__ import annotations
 
 import contextlib
+import html
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,14 +21,18 @@ from typing import Any
 
 import pytest
 
+from flakekit.testing.command import FLAKEKIT, run_flakekit
 from flakekit.testing.requests import http_get
 
-FLAKEKIT = str(Path(sys.executable).with_name("flakekit"))
+#: ``run_cli("db", "init", "--config", path)``: `flakekit` in a child process
+run_cli = run_flakekit
 #: headless Chromium for the monitor-page tests (None: not installed; the plugin's
 #: scripts/install-browser.sh installs Debian's package)
 CHROMIUM = shutil.which("chromium") or (
     "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 NO_CHROMIUM = "chromium is not installed: run plugins/flakekit-server/scripts/install-browser.sh"
+#: the mark of a test that needs `CHROMIUM`
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 
 
 def fresh_pg() -> Iterator[str]:
@@ -170,12 +175,6 @@ def invoice_server(tmp: Path) -> Iterator[Server]:
         yield server
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "FLAKEKIT_CONFIG"}
-    return subprocess.run([FLAKEKIT, *args], capture_output=True, text=True, timeout=timeout,
-                          env=env)
-
-
 def chromium(tmp_path: Path, *args: str, budget_ms: int = 3000) -> subprocess.CompletedProcess[str]:
     """Run headless Chromium once (its own profile under ``tmp_path``; the page's scripts
     get ``budget_ms`` of virtual time), e.g. ``chromium(tmp, "--dump-dom", url)``."""
@@ -186,6 +185,23 @@ def chromium(tmp_path: Path, *args: str, budget_ms: int = 3000) -> subprocess.Co
            "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
            f"--virtual-time-budget={budget_ms}", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+
+
+def dump_dom(tmp_path: Path, url: str, *args: str) -> str:
+    """The DOM of ``url`` after its scripts ran (`chromium` with ``args``, then
+    ``--dump-dom``); asserts Chromium exited 0."""
+    result = chromium(tmp_path, *args, "--dump-dom", url)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def table_rows(dom: str, table_id: str) -> list[list[str]]:
+    """The text of each row of a table's body in a dumped DOM, as a person reads it."""
+    body = dom.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
+    body = body.split("<tbody>", 1)[1]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
+    return [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
+             for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]
 
 
 @pytest.fixture(scope="module")

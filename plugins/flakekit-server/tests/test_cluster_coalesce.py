@@ -15,7 +15,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from cluster_testing import Recorder, check_i1, check_i2
+from cluster_testing import Recorder, check_ids
 from flakekit_server.coalesce import Coalescer, single_shape
 from flakekit_server.forward import Forwarder, ForwardError
 
@@ -302,8 +302,7 @@ def test_forwarded_and_direct_requests_are_linearizable(start_cluster):
     assert not recorder.errors
     served = [r for r in records if r.id is not None]
     assert len(served) == len(records) == 9 * 150
-    check_i1(served)
-    check_i2(served)
+    check_ids(served)
     after = _coalesced(other)
     forwarded = sum(1 for r in records if r.node == other.name)
     assert after["requests"] - before["requests"] == forwarded

@@ -15,7 +15,6 @@ shared by the module, so the drills also check each other). Each drill prints it
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import re
@@ -34,12 +33,11 @@ from cluster_testing import (
     Node,
     Record,
     Recorder,
-    check_i1,
-    check_i2,
+    check_ids,
     metric,
     unavailable_ms,
 )
-from server_testing import CHROMIUM, NO_CHROMIUM, chromium, create_keys, fresh_pg, run_cli
+from server_testing import create_keys, dump_dom, fresh_pg, needs_chromium, run_cli, table_rows
 
 from flakekit.values.cluster import Member
 from flakekit.values.owners import owner_of
@@ -94,11 +92,6 @@ def settled(cluster: Cluster, key: str = STRICT_KEY) -> Node:
 def keep(records: list[Record]) -> list[Record]:
     HISTORY.extend(records)
     return records
-
-
-def invariants(records: list[Record]) -> None:
-    check_i1(records)
-    check_i2(records)
 
 
 def refusals_ok(records: list[Record]) -> None:
@@ -165,7 +158,7 @@ def test_segment_switches_under_load_keep_order(cluster):
     took = time.monotonic_ns() - t0
     after = cluster.max_id(TICKET)
     assert {r.status for r in records} == {200}, [r for r in records if r.status != 200][:3]
-    invariants(records)
+    check_ids(records)
     assert after - before >= len(records)
     print(f"\nDRILL 8 prefetch: {len(records)} IDs in {ms(took)} ms on {owner.name}, "
           f"max_id {before} -> {after} (step 5: >= {(after - before) // 5} steps fetched), "
@@ -206,7 +199,7 @@ def test_added_node_takes_its_keys(cluster):
     time.sleep(1.0)
     records = keep(recorder.stop())
     refusals_ok(records)
-    invariants(records)
+    check_ids(records)
     assert back is old_owner
     assert newcomer_waited == 0 and waited_claims(back) == 0   # both planned
     joined = [r for r in records if t_add <= r.start < t_leave]
@@ -251,7 +244,7 @@ def test_drain_moves_keys_without_lease_wait(cluster):
     time.sleep(0.5)
     records = keep(recorder.stop())
     refusals_ok(records)
-    invariants(records)
+    check_ids(records)
     # planned both ways: no claim waited out a lease
     assert {n.name: waited_claims(n) for n in cluster.reachable()} == waited_before
     drained = unavailable_ms([r for r in records if r.start < t_undo], t_drain)
@@ -280,7 +273,7 @@ def test_regained_owner_never_reuses_its_old_segment(cluster):
     regained = keep(Recorder([owner], clients=2).run(10))
     records = first + between + regained
     assert {r.status for r in records} == {200}, [r for r in records if r.status != 200][:3]
-    invariants(records)
+    check_ids(records)
     mine_before = max(r.id for r in first)
     in_between = [r.id for r in between]
     after = [r.id for r in regained]
@@ -333,7 +326,7 @@ def test_plain_leaf_client_round_robin_through_handoff(cluster):
     refusals_ok(records)
     ids = [r.id for r in records if r.id is not None]
     assert ids == sorted(ids) and len(set(ids)) == len(ids), "not strictly increasing"
-    invariants(records)
+    check_ids(records)
     print(f"\nDRILL 9 leaf client: {len(ids)} IDs strictly increasing through 2 hand-offs "
           f"round robin over {len(nodes)} nodes, {len(records) - len(ids)} 503s, "
           f"longest gap {unavailable_ms(records)} ms")
@@ -387,7 +380,7 @@ def paused_owner(cluster: Cluster, before_pause: Callable[[Node], None],
     after = keep(Recorder(cluster.reachable(), clients=3).run(10))
     records = before + during + woken_records + after
     refusals_ok(records)
-    invariants(records)
+    check_ids(records)
     served_before = max(r.id for r in records if r.id is not None and r.end < t_resume)
     stale = [r for r in woken_records if r.id is not None and r.id <= served_before]
     assert not stale, stale[:3]
@@ -491,7 +484,7 @@ def test_deposed_owner_exit_lowers_nothing(cluster):
     sampler.join(10)
     records = keep(recorder.stop())
     refusals_ok(records)
-    invariants(records)
+    check_ids(records)
     assert rc == 0, owner.server.log()[-3000:] if owner.server else rc
     assert samples == sorted(samples), f"max_id went down: {samples}"
     assert cluster.key_owner() == fence       # the deposed exit changed nothing
@@ -545,7 +538,7 @@ def test_store_cut_for_owner_then_back(cluster, fault):
     cut_records = on_owner.stop()
     records = cut_records + elsewhere.stop()
     refusals_ok(records)
-    invariants(records)
+    check_ids(records)
     served_cut = [r for r in cut_records if r.id is not None and t_cut <= r.start < t_heal
                   and (r.epoch or 0) <= old_epoch]
     assert served_cut, "the owner served nothing from memory after the fault"
@@ -587,7 +580,7 @@ def test_restart_all_after_handoff(cluster):
     after = keep(Recorder(cluster.reachable(), clients=3).run(10))
     records = before + after
     assert {r.status for r in records} == {200}, [r for r in records if r.status != 200][:3]
-    invariants(records)
+    check_ids(records)
     top = max(r.id for r in HISTORY if r.id is not None and r.end < t_start)
     assert min(r.id for r in after) > top
     print(f"\nDRILL 4 restart all: serving again {ms(t_ready - t_start)} ms after the "
@@ -596,14 +589,7 @@ def test_restart_all_after_handoff(cluster):
 
 
 # -- the monitor page's cluster panel ---------------------------------------------------
-def _rows(dom: str, table_id: str) -> list[list[str]]:
-    body = dom.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0].split("<tbody>", 1)[1]
-    return [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
-             for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
-            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)]
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+@needs_chromium
 def test_monitor_page_shows_the_cluster(cluster, tmp_path):
     """The monitor page (headless Chromium) of the owner and of another node: the members
     with their state, the owner of each strict key, the claim here, and the hand-offs this
@@ -622,11 +608,9 @@ def test_monitor_page_shows_the_cluster(cluster, tmp_path):
         # (re)joined just before the agreed view was read may need one more refresh
         deadline = time.monotonic() + 15
         while True:
-            result = chromium(tmp_path, "--dump-dom", node.advertise + "/")
-            assert result.returncode == 0, result.stderr[-2000:]
-            dom = result.stdout
+            dom = dump_dom(tmp_path, node.advertise + "/")
             assert '<section id="cluster-panel">' in dom, dom[:3000]
-            members = _rows(dom, "cluster-members")
+            members = table_rows(dom, "cluster-members")
             shown = sorted(r[0].replace(" (this node)", "") for r in members)
             if shown == want or time.monotonic() > deadline:
                 break
@@ -638,7 +622,7 @@ def test_monitor_page_shows_the_cluster(cluster, tmp_path):
                 if r[0].endswith("(this node)")]
         assert len(here) == 1 and cluster.node(here[0]) is node, here
         assert {r[3] for r in members} == {"alive"}
-        by_key = {r[0]: r for r in _rows(dom, "cluster-keys")}
+        by_key = {r[0]: r for r in table_rows(dom, "cluster-keys")}
         owning = by_key[STRICT_KEY][1]   # the member holding the claim
         assert cluster.node(owning) is owner
         assert by_key[STRICT_KEY][3] in (("owned",) if here[0] == owning else ("idle", "-"))
@@ -695,6 +679,6 @@ def test_everything_the_clients_saw(cluster):
     """I1 and I2 over every answer for the key in every drill above (one key, one cluster,
     one client clock): the drills never undid each other's order."""
     assert len(HISTORY) > 100
-    invariants(HISTORY)
+    check_ids(HISTORY)
     print(f"\nDRILLS all: {sum(r.id is not None for r in HISTORY)} IDs, "
           f"{sum(r.id is None for r in HISTORY)} refusals, no duplicate, no order violation")

@@ -13,8 +13,7 @@ from cluster_testing import (
     STRICT_KEY,
     Cluster,
     Recorder,
-    check_i1,
-    check_i2,
+    check_ids,
     cluster_config,
     metric,
 )
@@ -53,8 +52,7 @@ def test_all_nodes_answer_in_strict_order(trio):
     records = Recorder(trio.running(), clients=9).run(60)
     assert len(records) == 540
     assert {r.status for r in records} == {200}, [r for r in records if r.status != 200][:5]
-    check_i1(records)
-    check_i2(records)
+    check_ids(records)
     epochs = {r.epoch for r in records}
     assert None not in epochs and len(epochs) == 1
 
@@ -219,8 +217,7 @@ def test_harness_owner_killed_key_moves_on(start_cluster, workers):
     records = before + recorder.stop() + after
     assert {r.status for r in records} <= {200, 503}, {r.status for r in records}
     assert {r.status for r in after} == {200}, [r for r in after if r.status != 200][:3]
-    check_i1(records)
-    check_i2(records)
+    check_ids(records)
     new_epochs = {r.epoch for r in after}
     assert len(new_epochs) == 1 and new_epochs.pop() > max(r.epoch for r in before)
     # the owning process's own /metrics (its port with --workers 2): a copy <= 1 s old

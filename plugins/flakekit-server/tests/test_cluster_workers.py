@@ -20,14 +20,7 @@ import time
 import uuid
 
 import pytest
-from cluster_testing import (
-    STRICT_KEY,
-    Cluster,
-    Record,
-    Recorder,
-    check_i1,
-    check_i2,
-)
+from cluster_testing import STRICT_KEY, Cluster, Record, Recorder, check_ids
 from server_testing import Server, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
@@ -55,8 +48,7 @@ def in_lease(cluster: Cluster, records: list[Record]) -> None:
 
 
 def invariants(cluster: Cluster, records: list[Record]) -> None:
-    check_i1(records)
-    check_i2(records)
+    check_ids(records)
     in_lease(cluster, records)
 
 

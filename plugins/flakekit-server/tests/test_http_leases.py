@@ -21,6 +21,7 @@ from flakekit.errors import ConfigError, FlakekitError, LeaseError, LeaseLostErr
 from flakekit.leases.lease import LeaseRequest
 from flakekit.testing.allocator_contract import AllocatorContract
 from flakekit.testing.proxy import TcpProxy
+from flakekit.testing.pytest_plugin import cleaned_up
 from flakekit.testing.threads import assert_unique
 from flakekit.values.clock import MonotonicClock
 
@@ -134,16 +135,9 @@ class TestHttpAllocatorContract(AllocatorContract):
 
     @pytest.fixture
     def make_allocator(self, served, service):
-        server, name = served[0], service
-        made: list[HttpAllocator] = []
-
-        def make() -> HttpAllocator:
-            made.append(allocator(f"http://127.0.0.1:{server.port}", name))
-            return made[-1]
-
-        yield make
-        for alloc in made:
-            alloc.close()
+        url = f"http://127.0.0.1:{served[0].port}"
+        with cleaned_up(lambda: allocator(url, service), HttpAllocator.close) as make:
+            yield make
 
 
 class TestEndpoints:

@@ -7,31 +7,21 @@ generator names, worker ids, both buffers of each segment key. A screenshot goes
 
 from __future__ import annotations
 
-import html
 import re
 from pathlib import Path
 
-import pytest
 from server_testing import (
-    CHROMIUM,
-    NO_CHROMIUM,
     chromium,
+    dump_dom,
+    needs_chromium,
     sqlite_config,
     start_loaded,
+    table_rows,
 )
 
 ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
-
-
-def cells(dom: str, table_id: str) -> list[list[str]]:
-    """The text of each row of a table's body, as a person reads it."""
-    body = dom.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
-    body = body.split("<tbody>", 1)[1]
-    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
-    return [[html.unescape(re.sub(r"<[^>]+>", "", c)).strip()
-             for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)] for row in rows]
+pytestmark = needs_chromium
 
 
 class TestMonitorPage:
@@ -39,17 +29,15 @@ class TestMonitorPage:
         server = start_loaded(tmp_path, start_server)
         page = f"http://127.0.0.1:{server.port}/"
 
-        result = chromium(tmp_path, "--dump-dom", page)
-        assert result.returncode == 0, result.stderr[-2000:]
-        dom = result.stdout
+        dom = dump_dom(tmp_path, page)
         assert 'class="badge ok">ready<' in dom, dom[:3000]
-        leases = cells(dom, "leases")
+        leases = table_rows(dom, "leases")
         assert len(leases) == 1
         name, process, layout, worker, epoch, left, *_rest, issued, state = leases[0]
         assert (name, process, layout, worker, epoch, issued, state) == (
             "orders", "0", "snowflake", "0", "1", "42", "ok")
         assert float(left) > 0
-        segs = {row[0]: row for row in cells(dom, "segments")}
+        segs = {row[0]: row for row in table_rows(dom, "segments")}
         assert set(segs) == {"invoice", "payment"}
         inv = segs["invoice"]
         # key, generator, process, step, issued, current pos/end/step/ready, next pos/end/step/ready
@@ -58,7 +46,7 @@ class TestMonitorPage:
         assert inv[12] in ("yes", "no")
         assert segs["payment"][5:9] == ["1", "51", "50", "yes"]
         # HTTP per endpoint: the requests above, with a rate and p50/p99 latency
-        http = {row[0]: row for row in cells(dom, "http")}
+        http = {row[0]: row for row in table_rows(dom, "http")}
         route, rate, count, errors, p50, p99, mean = http["leaf_segment"]
         assert (count, errors) == ("7", "0") and float(rate) > 0
         for shown in (p50, p99, mean):
@@ -99,6 +87,6 @@ class TestMonitorPage:
         assert " s left" not in card and " min " not in card.split("What to do")[0]
         assert "What to do: This generator issues no IDs" in card
         assert "flakekit workers list" in card
-        assert cells(dom, "leases")[0][5] == "lost"
+        assert table_rows(dom, "leases")[0][5] == "lost"
         chip = dom.split('class="proc running not-ready"', 1)[1].split("</div>", 1)[0]
         assert ">process 0<" in chip and "not ready" in chip

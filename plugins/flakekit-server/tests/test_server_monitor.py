@@ -16,17 +16,11 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from server_testing import (
-    CHROMIUM,
-    NO_CHROMIUM,
-    chromium,
-    sqlite_config,
-    start_loaded,
-)
+from server_testing import dump_dom, needs_chromium, sqlite_config, start_loaded
 
 from flakekit.testing.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+pytestmark = needs_chromium
 
 EVIL = "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"
 
@@ -99,9 +93,7 @@ class TestRateSamples:
 
 class TestMonitorPictures:
     def test_bars_sparkline_lease_processes_and_table_render(self, tmp_path, loaded):
-        result = chromium(tmp_path, "--dump-dom", f"http://127.0.0.1:{loaded.port}/")
-        assert result.returncode == 0, result.stderr[-2000:]
-        dom = result.stdout
+        dom = dump_dom(tmp_path, f"http://127.0.0.1:{loaded.port}/")
         # per key: two buffers; invoice's current one is 7 of 1000 used, next not loaded
         assert len(re.findall(r'class="card segment-card"', dom)) == 2, dom[:4000]
         invoice = dom.split('<span class="key">invoice</span>', 1)[1].split("segment-card", 1)[0]
@@ -145,10 +137,9 @@ class TestMonitorPictures:
             b"}catch(x){o.textContent=JSON.stringify({error:String(x)});}},2500);"
             b"</script>")
         with same_origin_proxy(loaded.port, probe) as port:
-            result = chromium(tmp_path, "--hide-scrollbars", "--window-size=800,900", "--dump-dom",
-                              f"http://127.0.0.1:{port}/probe")
-        assert result.returncode == 0, result.stderr[-2000:]
-        out = json.loads(re.search(r'<pre id="out">(.*?)</pre>', result.stdout, re.S).group(1))
+            dom = dump_dom(tmp_path, f"http://127.0.0.1:{port}/probe", "--hide-scrollbars",
+                           "--window-size=800,900")
+        out = json.loads(re.search(r'<pre id="out">(.*?)</pre>', dom, re.S).group(1))
         assert "error" not in out, out
         assert out["client"] == 390, out
         assert out["scroll"] <= out["client"], out
@@ -161,9 +152,7 @@ class TestMonitorPictures:
             conn.execute("INSERT INTO leaf_alloc (biz_tag, max_id, step, description) "
                          "SELECT ?, max_id, step, description FROM leaf_alloc", (EVIL,))
         server = start_server(config)
-        result = chromium(tmp_path, "--dump-dom", f"http://127.0.0.1:{server.port}/")
-        assert result.returncode == 0, result.stderr[-2000:]
-        dom = result.stdout
+        dom = dump_dom(tmp_path, f"http://127.0.0.1:{server.port}/")
         assert "<title>flakekit server</title>" in dom and "pwned" not in dom.split("<body", 1)[0]
         assert "&lt;script&gt;document.title=" in dom, dom[-3000:]
         assert "<script>document.title" not in dom

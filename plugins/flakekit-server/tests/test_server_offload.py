@@ -23,9 +23,13 @@ class ThreadSpy:
         self.gen = gen
         self.threads: list[str] = []
 
-    def next_ids(self, n):
+    def _drawn(self, method, n):
+        """``self.gen.<method>(n)``, noting the thread it is called in."""
         self.threads.append(threading.current_thread().name)
-        return self.gen.next_ids(n)
+        return getattr(self.gen, method)(n)
+
+    def next_ids(self, n):
+        return self._drawn("next_ids", n)
 
     def __getattr__(self, name):
         return getattr(self.gen, name)
@@ -35,8 +39,7 @@ class MemorySpy(ThreadSpy):
     """The same for a segment key, whose batches come from memory (never waiting)."""
 
     def try_next_ids(self, n):
-        self.threads.append(threading.current_thread().name)
-        return self.gen.try_next_ids(n)
+        return self._drawn("try_next_ids", n)
 
 
 def spy_on(service, name):
