@@ -15,7 +15,6 @@ from collections import deque
 
 from flakekit.client import (
     Answer,
-    Attempts,
     ClusterView,
     Done,
     NodeUrl,
@@ -24,7 +23,7 @@ from flakekit.client import (
     check_count,
     check_key,
 )
-from flakekit.errors import ClientError, FlakekitError
+from flakekit.errors import FlakekitError
 
 __all__ = ["AsyncClient"]
 
@@ -189,9 +188,7 @@ class AsyncClient(RoutingClient):
         return out
 
     async def _call(self, key: str, n: int) -> list[int]:
-        if self._closed:
-            raise ClientError("the client is closed; make a new AsyncClient")
-        attempts = Attempts(self.routing, key, n, time.monotonic())
+        attempts = self._attempts(key, n)
         if self.routing.view_due(time.monotonic()):
             await self._refresh_view(None)
         while True:

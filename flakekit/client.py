@@ -606,6 +606,12 @@ class RoutingClient:
     def _init_io(self) -> None:
         raise NotImplementedError
 
+    def _attempts(self, key: str, n: int) -> Attempts:
+        """The attempts of one call for ``n`` IDs of ``key`` (ClientError once closed)."""
+        if self._closed:
+            raise ClientError(f"the client is closed; make a new {type(self).__name__}")
+        return Attempts(self.routing, key, n, time.monotonic())
+
     def _learned_strict(self, key: str) -> bool:
         """Whether ``key`` is strict as far as this client knows; a strict key's buffer
         is dropped (buffered IDs would break its order)."""
@@ -734,9 +740,7 @@ class Client(RoutingClient):
         return out
 
     def _call(self, key: str, n: int) -> list[int]:
-        if self._closed:
-            raise ClientError("the client is closed; make a new Client")
-        attempts = Attempts(self.routing, key, n, time.monotonic())
+        attempts = self._attempts(key, n)
         if self.routing.view_due(time.monotonic()):
             self._refresh_view(None)
         while True:

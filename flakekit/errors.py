@@ -276,22 +276,23 @@ class NotOwnerError(ClusterError):
         self.epoch = epoch
 
 
-class KeyMovingError(ClusterError):
+class _RetryLaterError(ClusterError):
+    """A refusal for now: asked again after ``retry_after`` seconds, the node may serve
+    (HTTP 503 with ``Retry-After``)."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class KeyMovingError(_RetryLaterError):
     """The strict key is being handed off and did not settle within ``handoff_wait``
     (HTTP 503 with ``Retry-After: retry_after`` seconds)."""
 
-    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
-
-class ClusterUnavailableError(ClusterError):
+class ClusterUnavailableError(_RetryLaterError):
     """This node's membership lease ran out (store or coordination service unreachable):
     it serves no strict key until it renews (HTTP 503). Never a stale ID."""
-
-    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class FenceError(ClusterError):

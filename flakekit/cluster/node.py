@@ -63,6 +63,7 @@ from flakekit.leases.keeper import LeaseKeeper
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.cluster import Member, View
 from flakekit.values.events import NO_EVENTS, Events
+from flakekit.values.lifecycle import StartsInWith
 from flakekit.values.owners import HASH_NAME, OwnerMap
 
 __all__ = ["HANDOFF_MARGIN_MIN_S", "HANDOFF_MARGIN_SHARE", "ClusterNode"]
@@ -73,7 +74,7 @@ log = logging.getLogger("flakekit.cluster")
 _HANDOFF_HISTORY = 1000
 
 
-class ClusterNode(Serving, ViewUpkeep):
+class ClusterNode(Serving, ViewUpkeep, StartsInWith):
     """One node of a cluster: membership, view, and the strict keys it owns.
 
     Args:
@@ -206,12 +207,6 @@ class ClusterNode(Serving, ViewUpkeep):
             self.membership.close()
         except Exception as exc:  # noqa: BLE001 - a plugin's close: log it, go on closing
             log.warning("%s: closing the membership: %s", self._who, exc)
-
-    def __enter__(self) -> ClusterNode:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def add_strict(self, key: str | Matcher, fence: KeyFence,
                    settings: SegmentSettings | None = None) -> None:

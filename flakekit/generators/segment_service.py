@@ -151,8 +151,10 @@ class SegmentService(StartsInWith):
             UnknownKeyError: the key is not in the store (with how to create it).
         """
         gen = self._gens.get(key)
-        if gen is not None:
-            return gen
+        return gen if gen is not None else self._open(key)
+
+    def _open(self, key: str) -> SegmentGenerator:
+        """Start ``key``'s generator: under the lock, once however many callers ask."""
         with self._lock:
             gen = self._gens.get(key)
             if gen is not None:

@@ -3,6 +3,11 @@
 Registration hooks are called once, when a :class:`~flakekit.pluginhost.host.PluginHost` loads;
 event hooks on rare events. No hook is ever called per ID. Arguments may be added in
 later versions, never renamed or removed; an implementation may accept fewer.
+
+A registration hook (``flakekit_register_*``) gets one argument, ``register``: the
+registration callable, ``register(name, factory, settings=cls, description="")``, where
+``settings`` is an attrs class filled from the thing's config table. Each hook says what
+its ``factory`` is called with and returns.
 """
 
 from __future__ import annotations
@@ -22,78 +27,47 @@ from flakekit.pluginhost.markers import hookspec
 
 @hookspec
 def flakekit_register_layouts(register: reg.Register[reg.LayoutFactory]) -> None:
-    """Contribute bit layouts.
-
-    Called once when plugins load. ``register(name, factory, description="")`` where
-    ``factory()`` returns a :class:`~flakekit.values.layout.BitLayout` (a layout object itself is
-    accepted too).
-
-    :param register: the registration callable.
-    """
+    """Contribute bit layouts: ``factory()`` returns a
+    :class:`~flakekit.values.layout.BitLayout` (a layout object itself is accepted too;
+    no ``settings``)."""
 
 
 @hookspec
 def flakekit_register_clocks(register: reg.Register[reg.ClockFactory]) -> None:
-    """Contribute clocks.
-
-    Called once when plugins load. ``register(name, factory, settings=cls,
-    description="")`` where ``factory(settings)`` returns a :class:`~flakekit.values.clock.Clock`
-    and ``settings`` is an attrs class filled from ``clock = {type = NAME, ...}``.
-
-    :param register: the registration callable.
-    """
+    """Contribute clocks: ``factory(settings)`` returns a
+    :class:`~flakekit.values.clock.Clock`; ``settings`` is filled from
+    ``clock = {type = NAME, ...}``."""
 
 
 @hookspec
 def flakekit_register_allocators(register: reg.Register[reg.AllocatorFactory]) -> None:
-    """Contribute worker-id allocators.
-
-    Called once when plugins load. ``register(name, factory, settings=cls,
-    description="")`` where ``factory(settings, context)`` returns a
+    """Contribute worker-id allocators: ``factory(settings, context)`` returns a
     :class:`~flakekit.leases.lease.WorkerAllocator`; ``context`` is a
-    :class:`~flakekit.assembly.context.BuildContext`.
-
-    :param register: the registration callable.
-    """
+    :class:`~flakekit.assembly.context.BuildContext`."""
 
 
 @hookspec
 def flakekit_register_segment_stores(register: reg.Register[reg.SegmentStoreFactory]) -> None:
-    """Contribute segment stores (Leaf-style ranges per key).
-
-    Called once when plugins load. ``register(name, factory, settings=cls,
-    description="")`` where ``factory(settings, context)`` returns a segment store.
-
-    :param register: the registration callable.
-    """
+    """Contribute segment stores (Leaf-style ranges per key): ``factory(settings,
+    context)`` returns a segment store."""
 
 
 @hookspec
 def flakekit_register_strategies(register: reg.Register[reg.StrategyFactory]) -> None:
-    """Contribute generator strategies (``strategy = NAME`` in ``[generators.NAME]``).
-
-    Called once when plugins load. ``register(name, factory, settings=cls,
-    description="")`` where ``factory(settings, context)`` returns a
-    :class:`~flakekit.pluginhost.contracts.Generator`; ``settings`` is an attrs class
-    filled from the generator table's keys other than ``strategy`` and ``format``, and
-    ``context`` is a :class:`~flakekit.assembly.context.BuildContext`.
-
-    :param register: the registration callable.
-    """
+    """Contribute generator strategies (``strategy = NAME`` in ``[generators.NAME]``):
+    ``factory(settings, context)`` returns a
+    :class:`~flakekit.pluginhost.contracts.Generator`; ``settings`` is filled from the
+    generator table's keys other than ``strategy`` and ``format``, and ``context`` is a
+    :class:`~flakekit.assembly.context.BuildContext`."""
 
 
 @hookspec
 def flakekit_register_memberships(register: reg.Register[reg.MembershipFactory]) -> None:
-    """Contribute cluster membership stores (``[cluster] membership = {type = NAME, ...}``).
-
-    Called once when plugins load. ``register(name, factory, settings=cls,
-    description="")`` where ``factory(settings, context)`` returns a
-    :class:`~flakekit.cluster.store_contracts.Membership` (checked when the config is built);
-    ``context`` is a :class:`~flakekit.assembly.context.BuildContext` whose ``path`` is
-    ``cluster.membership``.
-
-    :param register: the registration callable.
-    """
+    """Contribute cluster membership stores (``[cluster] membership = {type = NAME, ...}``):
+    ``factory(settings, context)`` returns a
+    :class:`~flakekit.cluster.store_contracts.Membership` (checked when the config is
+    built); ``context`` is a :class:`~flakekit.assembly.context.BuildContext` whose
+    ``path`` is ``cluster.membership``."""
 
 
 @hookspec

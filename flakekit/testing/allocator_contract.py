@@ -25,13 +25,14 @@ import pytest
 
 from flakekit.errors import LeaseLostError
 from flakekit.leases.lease import LeaseRequest, WorkerLease
+from flakekit.testing.contract_clock import OnWallClock
 
 __all__ = ["AllocatorContract"]
 
 MakeAllocator = Callable[[], Any]
 
 
-class AllocatorContract:
+class AllocatorContract(OnWallClock):
     """Subclass and provide the fixture ``make_allocator``."""
 
     #: two live acquirers never share an id (False: the id is configured, e.g. static)
@@ -46,16 +47,6 @@ class AllocatorContract:
     def request(self, max_worker_id: int | None = None) -> LeaseRequest:
         top = self.max_worker_id if max_worker_id is None else max_worker_id
         return LeaseRequest("contract", top, "", 0)
-
-    @pytest.fixture
-    def pass_time(self) -> Callable[[float], None]:
-        """``pass_time(seconds)``: let time go by on the allocators' clock."""
-        return time.sleep
-
-    @pytest.fixture
-    def monotonic_ns(self) -> Callable[[], int]:
-        """The allocators' clock's monotonic time (deadlines are on it)."""
-        return time.monotonic_ns
 
     @pytest.fixture
     def expire(self) -> Callable[[WorkerLease], None]:

@@ -1,4 +1,5 @@
-"""``OnManualClock``: the clock fixtures of a contract binding whose stores run on a
+"""The clock fixtures of the contract suites: ``OnWallClock``, the contracts' own (real
+time: a test sleeps), and ``OnManualClock`` for a binding whose stores run on a
 :class:`~flakekit.testing.clock.ManualClock` (the in-memory fakes, and SQL stores whose
 lease deadlines are on the node's clock)::
 
@@ -19,7 +20,22 @@ import pytest
 
 from flakekit.testing.clock import ManualClock
 
-__all__ = ["OnManualClock"]
+__all__ = ["OnManualClock", "OnWallClock"]
+
+
+class OnWallClock:
+    """Base of the contract classes: ``monotonic_ns`` and ``pass_time`` on the real
+    clock (a binding whose backend keeps time of its own overrides them)."""
+
+    @pytest.fixture
+    def monotonic_ns(self) -> Callable[[], int]:
+        """The stores' clock's monotonic time (deadlines are on it)."""
+        return time.monotonic_ns
+
+    @pytest.fixture
+    def pass_time(self) -> Callable[[float], None]:
+        """``pass_time(seconds)``: let time go by on the stores' clock."""
+        return time.sleep
 
 
 class OnManualClock:

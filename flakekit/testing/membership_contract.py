@@ -36,6 +36,7 @@ import pytest
 
 from flakekit.cluster.store_contracts import JoinRequest, MemberLease, Membership
 from flakekit.errors import BackendError, LeaseLostError
+from flakekit.testing.contract_clock import OnWallClock
 from flakekit.testing.threads import in_threads
 from flakekit.testing.waiting import wait_until
 from flakekit.values.cluster import Member, View
@@ -45,7 +46,7 @@ __all__ = ["AddressedMembershipContract", "MembershipContract"]
 MakeMembership = Callable[[], Any]
 
 
-class MembershipContract:
+class MembershipContract(OnWallClock):
     """Subclass and provide the fixture ``make_membership``."""
 
     #: the lease the tests ask for, seconds (a store may grant another: the lease says)
@@ -71,16 +72,6 @@ class MembershipContract:
     def cluster(self) -> str:
         """A cluster name no other test uses."""
         return f"contract-{uuid.uuid4().hex[:10]}"
-
-    @pytest.fixture
-    def monotonic_ns(self) -> Callable[[], int]:
-        """The memberships' clock's monotonic time (deadlines are on it)."""
-        return time.monotonic_ns
-
-    @pytest.fixture
-    def pass_time(self) -> Callable[[float], None]:
-        """``pass_time(seconds)``: let time go by on the memberships' clock."""
-        return time.sleep
 
     @pytest.fixture
     def make_unreachable(self) -> MakeMembership:

@@ -171,25 +171,18 @@ class MemoryClusterStore:
         return self._views.get(cluster) or View(cluster)
 
 
-class MemoryMembership:
-    """One process's :class:`~flakekit.cluster.store_contracts.Membership`."""
+class _Client:
+    """One process's side of the store (``client``: what :meth:`MemoryClusterStore.cut`
+    names)."""
 
     def __init__(self, store: MemoryClusterStore, client: str) -> None:
         self.store, self.client = store, client
-        self.closed = False
-        self.lapse_means_stopped = store.lapse_means_stopped
-
-    @property
-    def renew_interval(self) -> float | None:
-        return self.store.renew_interval
 
     @property
     def where(self) -> str:
         return "the memory cluster store"
 
     def _check(self) -> None:
-        if self.closed:
-            raise BackendError(f"memory membership of {self.client!r} is closed")
         self.store._check(self.client)
 
     @contextmanager
@@ -198,6 +191,24 @@ class MemoryMembership:
         with self.store._lock:
             self._check()
             yield self.store
+
+
+class MemoryMembership(_Client):
+    """One process's :class:`~flakekit.cluster.store_contracts.Membership`."""
+
+    def __init__(self, store: MemoryClusterStore, client: str) -> None:
+        super().__init__(store, client)
+        self.closed = False
+        self.lapse_means_stopped = store.lapse_means_stopped
+
+    @property
+    def renew_interval(self) -> float | None:
+        return self.store.renew_interval
+
+    def _check(self) -> None:
+        if self.closed:
+            raise BackendError(f"memory membership of {self.client!r} is closed")
+        super()._check()
 
     def acquire(self, request: JoinRequest) -> MemberLease:
         with self._checked() as s:
@@ -302,22 +313,8 @@ class MemoryMembership:
                 del self.store._watchers[key]
 
 
-class MemoryFence:
+class MemoryFence(_Client):
     """One process's :class:`~flakekit.cluster.store_contracts.KeyFence` and segment store."""
-
-    def __init__(self, store: MemoryClusterStore, client: str) -> None:
-        self.store, self.client = store, client
-
-    @property
-    def where(self) -> str:
-        return "the memory cluster store"
-
-    @contextmanager
-    def _checked(self) -> Iterator[MemoryClusterStore]:
-        """The store, locked, once this client may reach it (not cut off)."""
-        with self.store._lock:
-            self.store._check(self.client)
-            yield self.store
 
     def claim_key(self, claim: KeyClaim, waited: bool) -> bool:
         with self._checked() as s:
@@ -343,8 +340,15 @@ class MemoryFence:
             return True
 
     @staticmethod
-    def _holds(row: _Owner, claim: KeyClaim) -> bool:
-        return row.node == claim.node and row.epoch == claim.epoch and not row.released
+    def _holds(row: _Owner | None, claim: KeyClaim) -> bool:
+        return (row is not None and row.node == claim.node and row.epoch == claim.epoch
+                and not row.released)
+
+    @staticmethod
+    def _record(s: MemoryClusterStore, kind: str, key: str, low: int, high: int,
+                claim: KeyClaim | None) -> None:
+        s.events.append(SegmentEvent(kind, key, low, high, claim.node if claim else None,
+                                     claim.epoch if claim else None))
 
     def fetch(self, key: str, step: int | None = None,
               claim: KeyClaim | None = None) -> MemoryAllocation:
@@ -352,17 +356,13 @@ class MemoryFence:
             row = s._rows.get(key)
             if row is None:
                 raise UnknownKeyError(key)
-            if claim is not None:
-                owner = s._owners.get(key)
-                if owner is None or not self._holds(owner, claim):
-                    raise FenceError(
-                        f"strict key {key!r}: claim of node {claim.node!r} at epoch "
-                        f"{claim.epoch} is no longer the owner row's ({owner})")
+            owner = s._owners.get(key)
+            if claim is not None and not self._holds(owner, claim):
+                raise FenceError(f"strict key {key!r}: claim of node {claim.node!r} at epoch "
+                                 f"{claim.epoch} is no longer the owner row's ({owner})")
             size = step or row.step
             row.max_id += size
-            s.events.append(SegmentEvent("fetch", key, row.max_id - size, row.max_id,
-                                         claim.node if claim else None,
-                                         claim.epoch if claim else None))
+            self._record(s, "fetch", key, row.max_id - size, row.max_id, claim)
             return MemoryAllocation(key, row.max_id, size, row.step)
 
     def give_back(self, key: str, expected_max_id: int, new_max_id: int,
@@ -371,14 +371,10 @@ class MemoryFence:
             row = s._rows.get(key)
             if row is None or row.max_id != expected_max_id:
                 return False
-            if claim is not None:
-                owner = s._owners.get(key)
-                if owner is None or not self._holds(owner, claim):
-                    return False
+            if claim is not None and not self._holds(s._owners.get(key), claim):
+                return False
             row.max_id = new_max_id
-            s.events.append(SegmentEvent("give_back", key, new_max_id, expected_max_id,
-                                         claim.node if claim else None,
-                                         claim.epoch if claim else None))
+            self._record(s, "give_back", key, new_max_id, expected_max_id, claim)
             return True
 
     def key_owners(self) -> list[KeyOwnerRecord]:

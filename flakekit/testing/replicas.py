@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, Self, TypeVar
 
 from flakekit.testing.databases import free_port
 from flakekit.testing.proxy import TcpProxy
@@ -28,12 +28,18 @@ __all__ = ["PG_BIN", "MariaReplicaSet", "MariaServer", "PgReplicaSet", "PgServer
            "mariadb_binaries_missing", "pg_binaries_missing", "private_base"]
 
 class _Server(Protocol):
-    """A server of a replica set (PgServer, MariaServer)."""
+    """A server of a replica set (PgServer and MariaServer extend it) on a loopback port;
+    ``url_via(port)``: the URL of its database at ``port`` (its own, or a proxy's to it)."""
 
     port: int
 
+    def url_via(self, port: int) -> str: ...
     def kill9(self) -> None: ...
     def promote(self) -> None: ...
+
+    @property
+    def url(self) -> str:
+        return self.url_via(self.port)
 
 
 S = TypeVar("S", bound=_Server)
@@ -61,7 +67,7 @@ def _run(*args: str) -> None:
         raise RuntimeError(f"{' '.join(args)} failed: {(done.stderr or done.stdout).strip()}")
 
 
-class PgServer:
+class PgServer(_Server):
     """One private PostgreSQL cluster on a free loopback port."""
 
     def __init__(self, base: Path, name: str, settings: tuple[str, ...] = ()) -> None:
@@ -70,9 +76,8 @@ class PgServer:
         self.port = free_port()
         self.settings = settings
 
-    @property
-    def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+    def url_via(self, port: int) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
 
     def initdb(self) -> PgServer:
         """A new cluster: a copy of one made once per process (initdb takes seconds)."""
@@ -137,11 +142,34 @@ class _ReplicaSet(Generic[S]):
         self.clients: TcpProxy | None = None
         self._retired: list[S] = []
 
+    def _start_primary(self) -> None:
+        raise NotImplementedError
+
     def _new_standby(self) -> S:
         raise NotImplementedError
 
     def _stream_to(self, standby: S) -> None:
         raise NotImplementedError
+
+    def start(self) -> Self:
+        self._start_primary()
+        self._stream_to(self.standby)
+        self.clients = TcpProxy(self.primary.port).start()
+        return self
+
+    def _new_replication(self) -> int:
+        """A new proxy to the primary for a standby to stream through (the old one
+        stopped); its port."""
+        if self.replication is not None:
+            self.replication.stop()
+        self.replication = TcpProxy(self.primary.port).start()
+        return self.replication.port
+
+    @property
+    def url(self) -> str:
+        """Where clients connect: through ``clients`` to the primary."""
+        assert self.clients is not None
+        return self.primary.url_via(self.clients.port)
 
     def new_standby(self) -> None:
         """After :meth:`fail_over`: a fresh standby of the new primary (for a second)."""
@@ -186,29 +214,18 @@ class PgReplicaSet(_ReplicaSet[PgServer]):
         self.primary = PgServer(self.base, "primary", primary_settings)
         self.standby = PgServer(self.base, "standby")
 
-    def start(self) -> PgReplicaSet:
+    def _start_primary(self) -> None:
         self.primary.initdb().start()
-        self._stream_to(self.standby)
-        self.clients = TcpProxy(self.primary.port).start()
-        return self
 
     def _stream_to(self, standby: PgServer) -> None:
         """Make ``standby`` a streaming copy of the primary, through a new proxy."""
-        if self.replication is not None:
-            self.replication.stop()
-        self.replication = TcpProxy(self.primary.port).start()
-        _run(str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p",
-             str(self.replication.port), "-U", "postgres", "-D", str(standby.data),
-             "-R", "-X", "stream", "-c", "fast")
+        port = self._new_replication()
+        _run(str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(port),
+             "-U", "postgres", "-D", str(standby.data), "-R", "-X", "stream", "-c", "fast")
         standby.start()
 
     def _new_standby(self) -> PgServer:
         return PgServer(self.base, f"standby{len(self._retired)}")
-
-    @property
-    def url(self) -> str:
-        assert self.clients is not None
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.clients.port}/postgres"
 
     def switch_over(self) -> None:
         """A planned switch-over with no loss: stop the primary cleanly (its shutdown
@@ -232,7 +249,7 @@ def mariadb_binaries_missing() -> str | None:
     return None
 
 
-class MariaServer:
+class MariaServer(_Server):
     """One private MariaDB server (binary log on, ``server_id``, extra ``options``) on a
     free loopback port; root with an empty password."""
 
@@ -247,9 +264,8 @@ class MariaServer:
         self.options = options
         self.process: subprocess.Popen[bytes] | None = None
 
-    @property
-    def url(self) -> str:
-        return f"mysql+pymysql://root@127.0.0.1:{self.port}/{self.database}"
+    def url_via(self, port: int) -> str:
+        return f"mysql+pymysql://root@127.0.0.1:{port}/{self.database}"
 
     def start(self) -> MariaServer:
         data = self.base / "data"
@@ -329,29 +345,19 @@ class MariaReplicaSet(_ReplicaSet[MariaServer]):
         return MariaServer(self._next_id(), (*self.options, "--read-only=ON"),
                            self.DATABASE)
 
-    def start(self) -> MariaReplicaSet:
+    def _start_primary(self) -> None:
         self.primary.start()
         self.primary.sql(f"CREATE DATABASE {self.DATABASE}")
-        self._stream_to(self.standby)
-        self.clients = TcpProxy(self.primary.port).start()
-        return self
 
     def _stream_to(self, standby: MariaServer) -> None:
         """Start ``standby`` (empty) replicating everything from the primary, through
         a new proxy (its GTID position is empty: it asks for the whole binary log)."""
-        if self.replication is not None:
-            self.replication.stop()
-        self.replication = TcpProxy(self.primary.port).start()
+        port = self._new_replication()
         standby.start()
         standby.sql(f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', "
-                    f"MASTER_PORT={self.replication.port}, MASTER_USER='root', "
+                    f"MASTER_PORT={port}, MASTER_USER='root', "
                     "MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, "
                     "MASTER_CONNECT_RETRY=1", "START SLAVE")
-
-    @property
-    def url(self) -> str:
-        assert self.clients is not None
-        return f"mysql+pymysql://root@127.0.0.1:{self.clients.port}/{self.DATABASE}"
 
     def stop(self) -> None:
         for server in self._servers():

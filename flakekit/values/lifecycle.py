@@ -1,5 +1,5 @@
 """``with obj:`` for what starts and closes: the one ``__enter__``/``__exit__`` pair of the
-generators, the segment service and the Kit."""
+generators, the segment service, the cluster node and the Kit."""
 
 from __future__ import annotations
 
