@@ -330,7 +330,6 @@ class TestCache:
         worker.join(3)
         assert done == [False], "report() blocked while ZooKeeper was unreachable"
         assert json.loads(a.cache_path.read_text())["timestamp"] > before
-        t0 = time.monotonic()
         closer = threading.Thread(target=lambda: (a.release(lease, time.time_ns()), a.close()),
                                   daemon=True)
         closer.start()
