@@ -30,6 +30,9 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
     from flakekit.cli import (
         config_option,
     )
+    from flakekit.cluster.kv_membership import (
+        KvMembershipBase,
+    )
     from flakekit.cluster.member_records import (
         SAFETY_SHARE,
         ClusterKeys,
@@ -45,6 +48,7 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         member_of,
         no_longer_ours,
         safety_window_ns,
+        stored_view,
         view_entries,
         view_members,
     )
@@ -192,6 +196,10 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         check_safety_window,
         safety_window_field,
     )
+    from flakekit.values.nanoseconds import (
+        NS_PER_MS,
+        NS_PER_S,
+    )
     from flakekit.values.stats import (
         LATENCY_BUCKETS_S,
         BufferStats,
@@ -215,8 +223,10 @@ _FROM = {
     "flakekit.cluster.member_records": (
         "SAFETY_SHARE", "ClusterKeys", "as_int", "check_join", "check_seen_epoch", "cluster_of",
         "decode_record", "encode_record", "held_by_error", "holder_token", "log_view_change",
-        "member_of", "no_longer_ours", "safety_window_ns", "view_entries", "view_members"
+        "member_of", "no_longer_ours", "safety_window_ns", "stored_view", "view_entries",
+        "view_members"
     ),
+    "flakekit.cluster.kv_membership": ("KvMembershipBase",),
     "flakekit.cluster.store_contracts": (
         "MAX_WEIGHT", "JoinRequest", "KeyClaim", "KeyFence", "KeyOwnerRecord", "MemberLease",
         "Membership", "check_key_segment", "proposed_members"
@@ -259,6 +269,7 @@ _FROM = {
     "flakekit.values.formats": ("ENCODINGS", "IdFormat"),
     "flakekit.values.keys": ("KEY_RE", "KEY_RULE", "key_problem", "root_field"),
     "flakekit.values.layout": ("BitLayout",),
+    "flakekit.values.nanoseconds": ("NS_PER_MS", "NS_PER_S"),
     "flakekit.values.lease_settings": (
         "check_path_name", "check_safety_window", "safety_window_field"
     ),

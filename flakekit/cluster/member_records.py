@@ -42,6 +42,7 @@ __all__ = [
     "member_of",
     "no_longer_ours",
     "safety_window_ns",
+    "stored_view",
     "view_entries",
     "view_members",
 ]
@@ -88,6 +89,16 @@ def view_members(entries: Any) -> tuple[Member, ...]:
     """The members of a stored view (entries that name no node are skipped)."""
     return tuple(member_of(str(e["node"]), e) for e in entries or ()
                  if isinstance(e, dict) and "node" in e)
+
+
+def stored_view(cluster: str, raw: dict[str, Any] | None,
+                changed_at_ms: int | None = None) -> View:
+    """The view a stored record holds (``View(cluster, 0, ())`` for none);
+    ``changed_at_ms``: the store's own time of the write, else the record's."""
+    if raw is None:
+        return View(cluster, 0, ())
+    changed = as_int(raw.get("changed_at_ms")) if changed_at_ms is None else changed_at_ms
+    return View(cluster, as_int(raw.get("epoch")), view_members(raw.get("members")), changed)
 
 
 def check_join(request: JoinRequest) -> str:

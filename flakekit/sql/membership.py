@@ -90,13 +90,13 @@ from flakekit.sql.workers import LOCK_RETRY_S, SchemaOnce, schema_once
 from flakekit.values.clock import Clock
 from flakekit.values.cluster import Member, MemberInfo, View
 from flakekit.values.events import NO_EVENTS, Events
+from flakekit.values.nanoseconds import NS_PER_MS as MS
+from flakekit.values.nanoseconds import NS_PER_S as NS
 
 __all__ = ["SqlMembership"]
 
 log = logging.getLogger("flakekit.cluster.sql")
 
-NS = 1_000_000_000
-MS = 1_000_000
 #: the column sizes of flakekit_members (checked before any SQL runs)
 _LIMITS = {"cluster": 64, "node": 128, "advertise": 255}
 #: how often a node reads the view row (one primary-key read) between renewals

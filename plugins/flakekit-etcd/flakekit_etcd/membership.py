@@ -59,6 +59,8 @@ from typing import Any, ClassVar
 import attrs
 
 import flakekit.plugin as fk
+from flakekit.plugin import NS_PER_MS as MS
+from flakekit.plugin import NS_PER_S as NS
 from flakekit_etcd import wire
 from flakekit_etcd.session import EtcdSession
 
@@ -66,14 +68,10 @@ __all__ = ["EtcdMembership"]
 
 log = logging.getLogger("flakekit.cluster.etcd")
 
-NS = 1_000_000_000
-MS = 1_000_000
 #: etcd raises a smaller TTL to about 1.5 x its election timeout (2 s by default)
 MIN_TTL_S = 2
 #: the TTL planned with before any join says which lease it wants
 DEFAULT_TTL_S = 10
-#: how often set_draining re-reads after losing a mod_revision race
-_RACES = 8
 #: a revoke on the way out waits at most this long (the lease lapses by itself anyway)
 _REVOKE_TIMEOUT_S = 1.0
 
@@ -92,7 +90,7 @@ class _Held:
 
 
 @attrs.define(eq=False)
-class EtcdMembership:
+class EtcdMembership(fk.KvMembershipBase):
     """A :class:`~flakekit.plugin.Membership` in etcd (see the module docstring).
 
     Args:
@@ -110,6 +108,8 @@ class EtcdMembership:
         watch: whether ``watch_view`` starts an etcd watch (a hint only).
     """
 
+    store_and_address = ("etcd", "endpoints")
+
     #: etcd grants leases in whole seconds: ``[cluster] lease`` must span three of them
     lease_granularity: ClassVar[float] = 1.0
     #: a lapsed record proves nothing: etcd leases can vanish early under a stuck leader
@@ -120,43 +120,25 @@ class EtcdMembership:
     #: that read, whatever etcd does with the lease (re-armed by a new leader, or gone
     #: early under a stuck one; issue 24)
     serve_share: ClassVar[float] = 0.8
-    #: nodes read the view and the members this often (seconds), so every renewal is
-    #: first read within that time of its write (the view watch stays a hint)
-    view_poll_s: ClassVar[float] = 0.25
 
     endpoints: str
     clock: fk.Clock
-    root: str = "/flakekit"
     ttl_s: int | None = None
-    connect_timeout_s: float = 5.0
-    safety_window_ns: int | None = None
     username: str | None = None
     password: str | None = None
     watch: bool = True
-    #: where ``root`` puts each cluster's members, roster and view (not an argument)
-    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
-        lambda self: fk.ClusterKeys(self.root), takes_self=True))
     _session: EtcdSession | None = attrs.field(init=False, default=None)
     _held: dict[str, _Held] = attrs.field(init=False, factory=dict)
     _granted_s: float = attrs.field(init=False, default=float(DEFAULT_TTL_S))
     _watches: dict[str, tuple[int, Callable[[], None] | None]] = attrs.field(
         init=False, factory=dict)
     _watch_gen: int = attrs.field(init=False, default=0)
-    _closed: bool = attrs.field(init=False, default=False)
-    _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
 
-    # -- naming and keys -------------------------------------------------------------------
-    @property
-    def where(self) -> str:
-        return f"etcd at {self.endpoints} ({self.root}/clusters)"
-
+    # -- timing ----------------------------------------------------------------------------
     @property
     def renew_interval(self) -> float:
         """A third of the TTL last granted: two renewals may fail before it ends."""
         return self._granted_s / 3
-
-    def _safety_ns(self, ttl_ns: int) -> int:
-        return fk.safety_window_ns(ttl_ns, self.safety_window_ns)
 
     def _op_timeout(self, ttl_s: float) -> float:
         return min(self.connect_timeout_s, max(0.5, ttl_s / 6))
@@ -170,8 +152,7 @@ class EtcdMembership:
     def _call(self, path: str, payload: dict[str, Any],
               timeout: float | None = None) -> dict[str, Any]:
         with self._lock:
-            if self._closed:
-                raise fk.BackendError(f"cluster membership in {self.where} was closed")
+            self._check_open()
             session = self._session
             if session is None:
                 session = self._session = EtcdSession(
@@ -460,15 +441,7 @@ class EtcdMembership:
             kvs = self._range(key)
         except (fk.BackendError, fk.LeaseLostError) as exc:
             raise self._error(f"reading the view of {cluster!r}", exc) from None
-        return self._view_of(cluster, kvs[0] if kvs else None)
-
-    @staticmethod
-    def _view_of(cluster: str, kv: dict[str, Any] | None) -> fk.View:
-        if kv is None:
-            return fk.View(cluster, 0, ())
-        raw = _load(kv)
-        return fk.View(cluster, fk.as_int(raw.get("epoch")), fk.view_members(raw.get("members")),
-                       fk.as_int(raw.get("changed_at_ms")))
+        return fk.stored_view(cluster, _load(kvs[0]) if kvs else None)
 
     def propose(self, cluster: str, seen_epoch: int,
                 members: Sequence[fk.Member]) -> fk.View | None:
@@ -513,7 +486,7 @@ class EtcdMembership:
         key = self.keys.member(fk.check_key_segment("cluster", cluster),
                               fk.check_key_segment("node", node))
         try:
-            for _ in range(_RACES):
+            for _ in range(self.races):
                 kvs = self._range(key)
                 if not kvs:
                     return False
@@ -528,7 +501,7 @@ class EtcdMembership:
         except (fk.BackendError, fk.LeaseLostError) as exc:
             raise self._error(f"marking {node!r} as draining", exc) from None
         raise fk.BackendError(f"cluster membership in {self.where}: marking {node!r} as "
-                              f"draining lost {_RACES} races; retry")
+                              f"draining lost {self.races} races; retry")
 
     def watch_view(self, cluster: str, callback: Callable[[], None] | None) -> None:
         """An etcd watch on the view key (a thread of its own): every event calls

@@ -40,7 +40,6 @@ kazoo would queue a request made while disconnected until it reconnects, maybe n
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -57,20 +56,16 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import WatchedEvent, ZnodeStat
 
 import flakekit.plugin as fk
+from flakekit.plugin import NS_PER_MS as MS
+from flakekit.plugin import NS_PER_S as NS
 from flakekit_zookeeper.client import ZK_ERRORS, ZkConnection
 
 __all__ = ["ZkMembership"]
 
 log = logging.getLogger("flakekit.cluster.zookeeper")
 
-NS = 1_000_000_000
-MS = 1_000_000
-#: how often a node reads the view and the member records (a few reads on one session)
-VIEW_POLL_S = 0.25
 #: the session a view-only membership opens when no join says which lease it wants
 DEFAULT_SESSION_S = 10.0
-#: how often a join, leave or draining mark re-reads after losing a version race
-_RACES = 8
 #: a view watch: (generation, the caller's callback, the function kazoo calls)
 _Watch = tuple[int, Callable[[], None], Callable[[WatchedEvent], None]]
 
@@ -89,7 +84,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 @attrs.define(eq=False)
-class ZkMembership:
+class ZkMembership(fk.KvMembershipBase):
     """A :class:`~flakekit.plugin.Membership` in ZooKeeper (see the module docstring).
 
     Args:
@@ -105,6 +100,8 @@ class ZkMembership:
             ``serve_share``).
     """
 
+    store_and_address = ("ZooKeeper", "hosts")
+
     #: a lapsed member proves its holder stopped: the leader expires a session only its
     #: timeout after the last packet, timed on its elapsed-time clock (never a wall clock:
     #: an NTP step moves nothing), rounded *up* to the next tick; the holder's deadline is
@@ -117,33 +114,18 @@ class ZkMembership:
     #: that first read that version waits this share plus a margin from that read,
     #: before ZooKeeper expires the session (issue 24)
     serve_share = 1 - fk.SAFETY_SHARE
-    #: nodes read the view and the members this often (seconds), so every renewal is
-    #: first read within that time of its write (the view watch stays a hint)
-    view_poll_s = VIEW_POLL_S
 
     hosts: str
     clock: fk.Clock
-    root: str = "/flakekit"
     session_timeout_s: float | None = None
-    connect_timeout_s: float = 5.0
-    safety_window_ns: int | None = None
-    #: where ``root`` puts each cluster's members, roster and view (not an argument)
-    keys: fk.ClusterKeys = attrs.field(init=False, default=attrs.Factory(
-        lambda self: fk.ClusterKeys(self.root), takes_self=True))
     _conn: ZkConnection | None = attrs.field(init=False, default=None)
-    _closed: bool = attrs.field(init=False, default=False)
     _held: set[tuple[str, str]] = attrs.field(init=False, factory=set)
     _ensured: set[str] = attrs.field(init=False, factory=set)
     _watches: dict[str, _Watch] = attrs.field(init=False, factory=dict)
     _watch_gen: int = attrs.field(init=False, default=0)
     _watch_seen: dict[str, int] = attrs.field(init=False, factory=dict)
-    _lock: threading.RLock = attrs.field(init=False, factory=threading.RLock)
 
-    # -- naming and paths ------------------------------------------------------------------
-    @property
-    def where(self) -> str:
-        return f"ZooKeeper at {self.hosts} ({self.root}/clusters)"
-
+    # -- timing and messages ---------------------------------------------------------------
     @property
     def session_ms(self) -> int:
         """The session to plan with (the smaller of requested and granted)."""
@@ -167,9 +149,9 @@ class ZkMembership:
                                f"{_one_line(exc)}")
 
     def _raced(self, action: str, then: str) -> fk.BackendError:
-        """``action`` lost every one of its :data:`_RACES` compare-and-set tries."""
+        """``action`` lost every one of its ``races`` compare-and-set tries."""
         return fk.BackendError(f"cluster membership in {self.where}: {action} lost "
-                               f"{_RACES} version races; {then}")
+                               f"{self.races} version races; {then}")
 
     # -- the connection --------------------------------------------------------------------
     def _connect(self, session_s: float | None = None) -> ZkConnection:
@@ -177,8 +159,7 @@ class ZkMembership:
         at most ``connect_timeout``). BackendError, one line, when ZooKeeper does not
         answer."""
         with self._lock:
-            if self._closed:
-                raise fk.BackendError(f"cluster membership in {self.where} was closed")
+            self._check_open()
             conn = self._conn
             want = self.session_timeout_s or session_s or DEFAULT_SESSION_S
             if conn is not None and session_s is not None and self.session_timeout_s is None \
@@ -277,7 +258,7 @@ class ZkMembership:
                                 config_digest=digest)
         roster = fk.encode_record(advertise=member.advertise, weight=member.weight,
                                   holder=token, incarnation=0, state="joined")
-        for _ in range(_RACES):
+        for _ in range(self.races):
             live, entry = self._gets(conn, [mpath, rpath])
             if live is not None and live[1].ephemeralOwner == conn.session_id \
                     and (cluster, member.node) not in self._held:
@@ -310,7 +291,7 @@ class ZkMembership:
                                   epoch=int(got[0][1].czxid), view_epoch=view_epoch,
                                   ttl=session_ns / NS, deadline_ns=t0 + session_ns - safety_ns)
         raise fk.BackendError(f"cluster membership in {self.where}: lost the race for node "
-                              f"{member.node!r} of cluster {cluster!r} {_RACES} times; retry")
+                              f"{member.node!r} of cluster {cluster!r} {self.races} times; retry")
 
     def _held_by(self, conn: ZkConnection, cluster: str, node: str,
                  live: tuple[bytes, ZnodeStat]) -> fk.BackendError:
@@ -402,7 +383,7 @@ class ZkMembership:
         self._drop(lease)
         try:
             conn = self._connect()
-            for _ in range(_RACES):
+            for _ in range(self.races):
                 live, entry = self._gets(conn, [mpath, rpath])
                 if live is None or live[1].czxid != lease.epoch \
                         or fk.decode_record(live[0]).get("holder") != lease.holder:
@@ -478,15 +459,9 @@ class ZkMembership:
             got = self._gets(self._connect(), [self.keys.view(cluster)])[0]
         except ZK_ERRORS as exc:
             raise self._error(f"reading the view of {cluster!r}", exc) from None
-        return self._view_of(cluster, got)
-
-    @staticmethod
-    def _view_of(cluster: str, got: tuple[bytes, ZnodeStat] | None) -> fk.View:
         if got is None:
-            return fk.View(cluster, 0, ())
-        raw = fk.decode_record(got[0])
-        members = fk.view_members(raw.get("members"))
-        return fk.View(cluster, int(raw.get("epoch", 0)), members, int(got[1].mtime))
+            return fk.stored_view(cluster, None)
+        return fk.stored_view(cluster, fk.decode_record(got[0]), int(got[1].mtime))
 
     def propose(self, cluster: str, seen_epoch: int,
                 members: Sequence[fk.Member]) -> fk.View | None:
@@ -528,7 +503,7 @@ class ZkMembership:
         path = self.keys.member(cluster, node)
         try:
             conn = self._connect()
-            for _ in range(_RACES):
+            for _ in range(self.races):
                 got = self._gets(conn, [path])[0]
                 if got is None:
                     return False
