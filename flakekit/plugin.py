@@ -207,6 +207,10 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         SegmentStats,
         SnowflakeStats,
     )
+    from flakekit.values.store_location import (
+        address_from_env,
+        namespace_of,
+    )
     from flakekit.values.timeunits import (
         Duration,
         duration_field,
@@ -276,6 +280,7 @@ _FROM = {
     "flakekit.values.stats": (
         "LATENCY_BUCKETS_S", "BufferStats", "LeaseStats", "SegmentStats", "SnowflakeStats"
     ),
+    "flakekit.values.store_location": ("address_from_env", "namespace_of"),
     "flakekit.values.timeunits": (
         "Duration", "duration_field", "iso_utc", "parse_duration_ns", "to_duration"
     ),

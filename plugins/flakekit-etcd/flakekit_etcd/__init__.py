@@ -20,7 +20,6 @@ See ``docs/choosing-allocators.md``, ``docs/cluster.md`` and this plugin's READM
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import attrs
@@ -72,12 +71,8 @@ def _endpoints(configured: str | None, ctx: BuildContext) -> str:
     """The endpoints to use: the settings', else ``$ETCD_ENDPOINTS``, else the default."""
     from flakekit_etcd.endpoints import parse_endpoints
 
-    endpoints = configured or os.environ.get("ETCD_ENDPOINTS") or DEFAULT_ENDPOINTS
-    try:
-        parse_endpoints(endpoints)
-    except ValueError as exc:   # from ETCD_ENDPOINTS
-        raise fk.ConfigError(f"{ctx.path}.endpoints", f"ETCD_ENDPOINTS: {exc}") from None
-    return endpoints
+    return fk.address_from_env(configured, "ETCD_ENDPOINTS", DEFAULT_ENDPOINTS,
+                               path=f"{ctx.path}.endpoints", check=parse_endpoints)
 
 
 @attrs.frozen(kw_only=True)
@@ -139,10 +134,7 @@ def build_etcd_allocator(settings: EtcdSettings | None, ctx: BuildContext) -> Wo
 
     s = settings or EtcdSettings()
     endpoints = _endpoints(s.endpoints, ctx)
-    service = s.service or ctx.generator
-    if "/" in service:
-        raise fk.ConfigError(f"{ctx.path}.service",
-                             f"{service!r} contains '/'; set service = \"...\"")
+    service = fk.namespace_of(s.service, ctx.generator, path=ctx.path, field="service")
     return build_lease_allocator(s, endpoints=endpoints, service=service, root=s.root,
                                  ctx=ctx)
 

@@ -19,14 +19,23 @@ See ``docs/redis.md`` and this plugin's README.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from attrs.validators import in_, instance_of, optional
 
 from flakekit import hookimpl
-from flakekit.plugin import ConfigError, Duration, FieldError, duration_field, registers
+from flakekit.plugin import (
+    Duration,
+    FieldError,
+    address_from_env,
+    check_path_name,
+    check_safety_window,
+    duration_field,
+    namespace_of,
+    registers,
+    safety_window_field,
+)
 
 if TYPE_CHECKING:  # annotations only: the host imports this module for `flakekit --help`
     import click
@@ -108,20 +117,15 @@ class RedisSettings(_Common):
 
     service: str | None = attrs.field(default=None, validator=optional(instance_of(str)))
     ttl: Duration = duration_field("10s", minimum=MIN_TTL_NS)
-    safety_window: Duration = duration_field(  # a fifth of the TTL (2 s for 10 s)
-        attrs.Factory(lambda s: Duration(s.ttl // 5), takes_self=True))
+    safety_window: Duration = safety_window_field("ttl")  # a fifth: 2 s for 10 s
     quarantine: Duration = duration_field("30s")
 
     def __attrs_post_init__(self) -> None:
         self._check_common()
         if self.ttl % 1_000_000:
             raise FieldError("ttl", "'ttl' must be whole milliseconds (Redis's PX)")
-        if self.safety_window * 2 >= self.ttl:
-            raise FieldError("safety_window", "'safety_window' must be less than half the "
-                             f"TTL ({self.ttl / 2e9:g} s); raise ttl or lower the window")
-        if self.service is not None and ("/" in self.service or not self.service):
-            raise FieldError("service", "'service' must be a non-empty name without '/', "
-                             f"got {self.service!r}")
+        check_safety_window(self.safety_window, self.ttl, "the TTL", "ttl")
+        check_path_name("service", self.service)
 
 
 @attrs.frozen(kw_only=True)
@@ -148,13 +152,8 @@ class RedisStoreSettings(_Common):
 
 
 def _url(s: _Common, ctx: BuildContext) -> str:
-    url = s.url or os.environ.get("REDIS_URL") or DEFAULT_URL
-    if s.url is None:
-        try:
-            _check_url(url)
-        except FieldError as exc:
-            raise ConfigError(f"{ctx.path}.url", f"REDIS_URL: {exc.message}") from None
-    return url
+    return address_from_env(s.url, "REDIS_URL", DEFAULT_URL, path=f"{ctx.path}.url",
+                            check=_check_url)
 
 
 def guard_of(s: _Common, ctx: BuildContext) -> Any:
@@ -170,9 +169,7 @@ def build_redis_allocator(settings: RedisSettings | None,
     from flakekit_redis.lease import build_lease_allocator
 
     s = settings or RedisSettings()
-    service = s.service or ctx.generator
-    if "/" in service:
-        raise ConfigError(f"{ctx.path}.service", f"{service!r} contains '/'; set service = \"...\"")
+    service = namespace_of(s.service, ctx.generator, path=ctx.path, field="service")
     return build_lease_allocator(s, guard_of(s, ctx), service, ctx)
 
 

@@ -52,7 +52,7 @@ PORT_0 = ("leaf mode keys the worker id by ip:port, and the port is 0 (none give
 
 def _hosts(configured: str | None) -> str:
     """The ensemble to use: the settings', else ``$ZK_HOSTS``, else the default."""
-    return configured or os.environ.get("ZK_HOSTS") or DEFAULT_HOSTS
+    return fk.address_from_env(configured, "ZK_HOSTS", DEFAULT_HOSTS)
 
 
 def _check_session(session: int | None, safety_window: int | None) -> None:
@@ -176,9 +176,7 @@ def build_zookeeper_allocator(settings: ZooKeeperSettings | None,
     """Factory registered as ``zookeeper``: a LeafAllocator or a LeaseAllocator."""
     s = settings or ZooKeeperSettings()
     hosts = _hosts(s.hosts)
-    name = s.name or ctx.generator
-    if "/" in name:
-        raise fk.ConfigError(f"{ctx.path}.name", f"{name!r} contains '/'; set name = \"...\"")
+    name = fk.namespace_of(s.name, ctx.generator, path=ctx.path, field="name")
     root = s.root or DEFAULT_ROOTS[s.mode]
     if s.mode == "leaf":
         from pathlib import Path
