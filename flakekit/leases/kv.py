@@ -219,11 +219,17 @@ class KvStoreBase:
     """What the :class:`KeyValueStore` implementations share: the one listener told of
     every state change (:meth:`_tell`), the state and session kept in ``_state`` and
     ``_session`` (a store that derives them from its client overrides the properties),
-    and ``put`` as a one-operation :meth:`commit`."""
+    ``where`` worded from ``kind``, and ``put`` as a one-operation :meth:`commit`."""
 
+    kind: str
+    where: str
     _listener: Callable[[str], None] | None = None
     _state: str = KvState.CLOSED
     _session: int | None = None
+
+    def _where(self, address: str) -> str:
+        """What ``where`` says: ``ZooKeeper at zk1:2181``."""
+        return f"{self.kind} at {address}"
 
     def listen(self, callback: Callable[[str], None]) -> None:
         self._listener = callback

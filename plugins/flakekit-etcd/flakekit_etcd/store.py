@@ -50,7 +50,7 @@ class EtcdStore(KvStoreBase):
                  username: str | None = None, password: str | None = None,
                  watch: bool = True) -> None:
         self.endpoints = endpoints
-        self.where = f"etcd at {endpoints}"
+        self.where = self._where(endpoints)
         self.watching = watch
         self.session: EtcdSession = session_for(endpoints, ttl_s, connect_timeout_s,
                                                 username, password)

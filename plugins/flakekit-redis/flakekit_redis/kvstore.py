@@ -146,7 +146,7 @@ class RedisKvStore(KvStoreBase):
 
     def __init__(self, guard: Guard, ttl_ms: int) -> None:
         self.guard = guard
-        self.where = f"Redis at {guard.where}"
+        self.where = self._where(guard.where)
         self.ttl_ms = ttl_ms
         self._failing = False
         self._lock = threading.Lock()

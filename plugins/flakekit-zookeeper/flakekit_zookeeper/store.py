@@ -45,7 +45,7 @@ class ZkStore(KvStoreBase):
 
     def __init__(self, hosts: str, session_timeout_s: float, connect_timeout_s: float) -> None:
         self.hosts = hosts
-        self.where = f"ZooKeeper at {hosts}"
+        self.where = self._where(hosts)
         self.session_timeout_s = session_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.conn: ZkConnection | None = None
