@@ -13,7 +13,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from flakekit.plugin import BackendError
 
-__all__ = ["ZkConnection", "ZK_ERRORS"]
+__all__ = ["ZkConnection", "ZK_ERRORS", "start_held"]
 
 log = logging.getLogger("flakekit.zookeeper")
 
@@ -158,3 +158,21 @@ class ZkConnection:
             self.client.close()
         except Exception:  # pragma: no cover
             log.debug("closing the ZooKeeper client failed", exc_info=True)
+
+
+def start_held(holder: Any, attr: str, make: Callable[[], ZkConnection]) -> ZkConnection:
+    """The started connection ``holder`` keeps in ``attr`` (``make()`` when it has none).
+    One that does not start (BackendError) is closed and forgotten, so the next call
+    makes a new one (the lease allocators: a new session rather than a stuck one)."""
+    conn = getattr(holder, attr)
+    if conn is None:
+        conn = make()
+        setattr(holder, attr, conn)
+    try:
+        conn.start()
+    except BackendError:
+        if getattr(holder, attr) is conn:
+            setattr(holder, attr, None)
+        conn.close()
+        raise
+    return conn

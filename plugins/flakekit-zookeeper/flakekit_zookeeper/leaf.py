@@ -55,7 +55,7 @@ from flakekit_zookeeper.cache import (
     machine_identity,
     save_cache,
 )
-from flakekit_zookeeper.client import ZK_ERRORS, ZkConnection
+from flakekit_zookeeper.client import ZK_ERRORS, ZkConnection, start_held
 from flakekit_zookeeper.errors import ClockBehindReportError
 from flakekit_zookeeper.hostlock import HostLock, HostLockTaken
 
@@ -190,18 +190,8 @@ class LeafAllocator:
         return self.clock.time_ns() // 1_000_000
 
     def _connect(self) -> ZkConnection:
-        conn = self._conn
-        if conn is None:
-            conn = self._conn = ZkConnection(self.hosts, self.settings.session_timeout / 1e9,
-                                             self.settings.connect_timeout / 1e9)
-        try:
-            conn.start()
-        except BackendError:
-            if self._conn is conn:
-                self._conn = None  # a new one is needed next time
-            conn.close()
-            raise
-        return conn
+        return start_held(self, "_conn", lambda: ZkConnection(
+            self.hosts, self.settings.session_timeout / 1e9, self.settings.connect_timeout / 1e9))
 
     def _lock_host(self) -> None:
         """The first thing a start does: refuse if a live process here has our identity

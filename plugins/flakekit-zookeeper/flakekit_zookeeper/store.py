@@ -24,7 +24,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import ZnodeStat
 
 from flakekit.plugin import BackendError, KvEntry, KvOp, KvState, KvStoreBase, LeaseLostError
-from flakekit_zookeeper.client import ZK_ERRORS, ZkConnection
+from flakekit_zookeeper.client import ZK_ERRORS, ZkConnection, start_held
 
 __all__ = ["ZkStore"]
 
@@ -52,18 +52,12 @@ class ZkStore(KvStoreBase):
 
     # -- session ---------------------------------------------------------------------------
     def connect(self) -> None:
-        conn = self.conn
-        if conn is None:
-            conn = ZkConnection(self.hosts, self.session_timeout_s, self.connect_timeout_s)
-            conn.add_listener(self._on_state)
-            self.conn = conn
-        try:
-            conn.start()
-        except BackendError:
-            if self.conn is conn:
-                self.conn = None
-            conn.close()
-            raise
+        start_held(self, "conn", self._new_connection)
+
+    def _new_connection(self) -> ZkConnection:
+        conn = ZkConnection(self.hosts, self.session_timeout_s, self.connect_timeout_s)
+        conn.add_listener(self._on_state)
+        return conn
 
     def _on_state(self, state: str) -> None:
         kind = _STATES.get(state)
