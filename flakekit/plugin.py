@@ -38,15 +38,18 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         ClusterKeys,
         as_int,
         check_join,
+        check_proposal,
         check_seen_epoch,
         cluster_of,
         decode_record,
         encode_record,
         held_by_error,
         holder_token,
+        live_member_info,
         log_view_change,
         member_of,
         no_longer_ours,
+        roster_member_info,
         safety_window_ns,
         stored_view,
         view_entries,
@@ -225,10 +228,10 @@ _FROM = {
     "flakekit.assembly.settings": ("PluginRef", "plugin_ref"),
     "flakekit.cli": ("config_option",),
     "flakekit.cluster.member_records": (
-        "SAFETY_SHARE", "ClusterKeys", "as_int", "check_join", "check_seen_epoch", "cluster_of",
-        "decode_record", "encode_record", "held_by_error", "holder_token", "log_view_change",
-        "member_of", "no_longer_ours", "safety_window_ns", "stored_view", "view_entries",
-        "view_members"
+        "SAFETY_SHARE", "ClusterKeys", "as_int", "check_join", "check_proposal",
+        "check_seen_epoch", "cluster_of", "decode_record", "encode_record", "held_by_error",
+        "holder_token", "live_member_info", "log_view_change", "member_of", "no_longer_ours",
+        "roster_member_info", "safety_window_ns", "stored_view", "view_entries", "view_members"
     ),
     "flakekit.cluster.kv_membership": ("KvMembershipBase",),
     "flakekit.cluster.store_contracts": (

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -26,21 +26,24 @@ from flakekit.cluster.store_contracts import (
     proposed_members,
 )
 from flakekit.errors import BackendError, LeaseLostError
-from flakekit.values.cluster import Member, View
+from flakekit.values.cluster import Member, MemberInfo, View
 
 __all__ = [
     "ClusterKeys",
     "SAFETY_SHARE",
     "check_join",
+    "check_proposal",
     "check_seen_epoch",
     "cluster_of",
     "decode_record",
     "encode_record",
     "held_by_error",
     "holder_token",
+    "live_member_info",
     "log_view_change",
     "member_of",
     "no_longer_ours",
+    "roster_member_info",
     "safety_window_ns",
     "stored_view",
     "view_entries",
@@ -80,6 +83,25 @@ def member_of(node: str, raw: dict[str, Any]) -> Member:
     return Member(node, str(raw.get("advertise", "")), as_int(raw.get("weight"), 1))
 
 
+def live_member_info(node: str, raw: dict[str, Any], *, incarnation: int, expires_in_ms: int,
+                     lease_ms: int, version: int, state: str = "") -> MemberInfo:
+    """What a live member record says: alive, or draining when it says so (``state``:
+    the store knows better, such as a lease that ended a moment ago)."""
+    state = state or ("draining" if raw.get("state") == "draining" else "alive")
+    return MemberInfo(member_of(node, raw), state, str(raw.get("holder", "")), incarnation,
+                      expires_in_ms, lease_ms, version=version,
+                      config_digest=str(raw.get("config_digest", "")))
+
+
+def roster_member_info(node: str, raw: dict[str, Any], *, incarnation: int, lease_ms: int = 0,
+                       version: int | None = None) -> MemberInfo:
+    """What a roster entry without a live member says: left after a clean leave, else
+    lapsed (its lease ended without one); it expires in 0 ms."""
+    state = "left" if raw.get("state") == "left" else "lapsed"
+    return MemberInfo(member_of(node, raw), state, str(raw.get("holder", "")), incarnation,
+                      0, lease_ms, version=version)
+
+
 def view_entries(members: Iterable[Member]) -> list[dict[str, Any]]:
     """The members of a view as stored: one ``{node, advertise, weight}`` each."""
     return [{"node": m.node, "advertise": m.advertise, "weight": m.weight} for m in members]
@@ -114,6 +136,15 @@ def check_join(request: JoinRequest) -> str:
     if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not lease_s > 0:
         raise ValueError(f"lease_s must be a positive number of seconds, got {lease_s!r}")
     return cluster
+
+
+def check_proposal(cluster: str, seen_epoch: object,
+                   members: Sequence[Member]) -> list[Member]:
+    """The members of a proposal to a key-value store in view order, once its cluster
+    and nodes can be path segments and ``seen_epoch`` may move on; ValueError otherwise."""
+    check_key_segment("cluster", cluster)
+    check_seen_epoch(seen_epoch)
+    return proposed_members(members, check_key_segment)
 
 
 def check_seen_epoch(seen_epoch: object) -> int:

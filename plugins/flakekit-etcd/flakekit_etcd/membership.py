@@ -397,27 +397,22 @@ class EtcdMembership(fk.KvMembershipBase):
                 if lease not in ttls:
                     ttls[lease] = self._ttl_left(lease)
                 ttl = ttls[lease]
-                if ttl is not None and ttl < 0:   # gone a moment ago: its key goes too
-                    state, expires = "lapsed", 0
-                else:
-                    state = "draining" if raw.get("state") == "draining" else "alive"
-                    expires = lease_ms if ttl is None else ttl * 1000
-                out.append(fk.MemberInfo(fk.member_of(node, raw), state, str(raw.get("holder", "")),
-                                         fk.as_int(kv.get("create_revision")), expires, lease_ms,
-                                         version=fk.as_int(kv.get("version")),
-                                         config_digest=str(raw.get("config_digest", ""))))
+                lapsed = ttl is not None and ttl < 0   # gone a moment ago: its key goes too
+                out.append(fk.live_member_info(
+                    node, raw, incarnation=fk.as_int(kv.get("create_revision")),
+                    expires_in_ms=0 if lapsed else lease_ms if ttl is None else ttl * 1000,
+                    lease_ms=lease_ms, version=fk.as_int(kv.get("version")),
+                    state="lapsed" if lapsed else ""))
                 continue
             entry = roster[node]
             raw = _load(entry)
-            left = raw.get("state") == "left"
             incarnation = fk.as_int(raw.get("incarnation")) or fk.as_int(entry.get("mod_revision"))
             # version 0: no renewal can follow (its member key is gone, and every renewal
             # is conditioned on it), and each one wrote that key before it was deleted,
             # so the holder's deadline is at most serve_share after a first read of this
             # (a claimer's fallback when etcd deleted the key before its proof completed)
-            out.append(fk.MemberInfo(fk.member_of(node, raw), "left" if left else "lapsed",
-                                     str(raw.get("holder", "")), incarnation, 0,
-                                     fk.as_int(raw.get("lease_ms")), version=0))
+            out.append(fk.roster_member_info(node, raw, incarnation=incarnation,
+                                             lease_ms=fk.as_int(raw.get("lease_ms")), version=0))
         return out
 
     def _ttl_left(self, lease: int) -> int | None:
@@ -448,9 +443,7 @@ class EtcdMembership(fk.KvMembershipBase):
         """Compare-and-set: write ``seen_epoch + 1`` only if the view key still holds
         ``seen_epoch`` at the ``mod_revision`` read (the first view: only while the key
         does not exist); the new view, or None when someone else moved it first."""
-        fk.check_key_segment("cluster", cluster)
-        fk.check_seen_epoch(seen_epoch)
-        ordered = fk.proposed_members(members, fk.check_key_segment)
+        ordered = fk.check_proposal(cluster, seen_epoch, members)
         key = self.keys.view(cluster)
         action = f"proposing epoch {seen_epoch + 1} of {cluster!r}"
         try:

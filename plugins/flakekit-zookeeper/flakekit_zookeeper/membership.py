@@ -436,20 +436,17 @@ class ZkMembership(fk.KvMembershipBase):
             live, entry = got[2 * i], got[2 * i + 1]
             if live is not None:
                 raw = fk.decode_record(live[0])
-                state = "draining" if raw.get("state") == "draining" else "alive"
                 # ZooKeeper does not say how long a live session has left: at most its
                 # timeout after the holder's last contact
                 session_ms = int(raw.get("session_ms", 0))
-                out.append(fk.MemberInfo(fk.member_of(node, raw), state, str(raw.get("holder", "")),
-                                         int(live[1].czxid), session_ms, session_ms,
-                                         version=int(live[1].version),
-                                         config_digest=str(raw.get("config_digest", ""))))
+                out.append(fk.live_member_info(node, raw, incarnation=int(live[1].czxid),
+                                               expires_in_ms=session_ms, lease_ms=session_ms,
+                                               version=int(live[1].version)))
             elif entry is not None:
                 raw = fk.decode_record(entry[0])
                 left = raw.get("state") == "left"
                 incarnation = int(raw.get("incarnation") or 0) if left else int(entry[1].mzxid)
-                out.append(fk.MemberInfo(fk.member_of(node, raw), "left" if left else "lapsed",
-                                         str(raw.get("holder", "")), incarnation, 0))
+                out.append(fk.roster_member_info(node, raw, incarnation=incarnation))
         return out
 
     def view(self, cluster: str) -> fk.View:
@@ -468,9 +465,7 @@ class ZkMembership(fk.KvMembershipBase):
         """Compare-and-set: write ``seen_epoch + 1`` only if the view znode still holds
         ``seen_epoch`` at the version read (the first view: create, one of two racing
         creates wins); the new view, or None when someone else moved it first."""
-        fk.check_key_segment("cluster", cluster)
-        fk.check_seen_epoch(seen_epoch)
-        ordered = fk.proposed_members(members, fk.check_key_segment)
+        ordered = fk.check_proposal(cluster, seen_epoch, members)
         data = fk.encode_record(epoch=seen_epoch + 1, members=fk.view_entries(ordered))
         path = self.keys.view(cluster)
         try:
