@@ -225,3 +225,33 @@ class TestEntryPoints:
         ep = EntryPoint("x", "flakekit.pluginhost.entrypoints:EntryPoint.load", "g", None, None)
         assert ep.load() is EntryPoint.load
         assert EntryPoint("x", "json", "g", None, None).load() is json
+
+
+def test_the_console_script_pauses_the_collector_only_while_it_starts():
+    """The console script (``main()`` without arguments) starts with the cyclic collector
+    off; a process it forks has it on at once, the command itself once it outlives the
+    pause. An in-process caller (``main(argv)``) keeps its collector as it is."""
+    script = textwrap.dedent("""
+        import gc, os, time
+        from flakekit.cli import main as cli_main
+        from flakekit.cli.main import COLLECTOR_PAUSE_S, _pause_collector
+
+        try:
+            cli_main(["--version"])
+        except SystemExit:
+            pass
+        assert gc.isenabled()
+        _pause_collector()
+        assert not gc.isenabled()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if gc.isenabled() else 1)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+        deadline = time.monotonic() + COLLECTOR_PAUSE_S + 60
+        while not gc.isenabled() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gc.isenabled()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr

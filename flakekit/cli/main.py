@@ -320,8 +320,33 @@ def _debug() -> bool:
     return bool(os.environ.get("FLAKEKIT_DEBUG"))
 
 
+#: how long a command's process runs before the cyclic garbage collector is back on
+COLLECTOR_PAUSE_S = 1.0
+
+
+def _pause_collector() -> None:
+    """Starting a command allocates many objects and frees almost none (modules, classes,
+    the methods attrs generates): the collector's full passes over them are start-up time
+    spent for nothing (a tenth of ``flakekit next``, benchmarks/bench_startup.py). Pause it;
+    a command still running after :data:`COLLECTOR_PAUSE_S` (``serve``, a watch) and every
+    process it forks get it back."""
+    import gc
+    import os
+    import threading
+
+    gc.disable()
+    os.register_at_fork(after_in_child=gc.enable)
+    timer = threading.Timer(COLLECTOR_PAUSE_S, gc.enable)
+    timer.daemon = True
+    timer.start()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point."""
+    """Console-script entry point (``argv`` given: called in-process, e.g. by a test,
+    whose process keeps its collector as it is)."""
+    if argv is None:
+        _pause_collector()
+
     def invoke() -> None:  # plugin commands: when asked for (_Cli.get_command)
         cli.main(args=list(argv) if argv is not None else None, prog_name="flakekit",
                  standalone_mode=False)
