@@ -26,9 +26,9 @@ from flakekit.errors import (
     NotOwnerError,
 )
 from flakekit.generators.segment import SegmentSettings
-from flakekit.testing import ManualClock, wait_until
+from flakekit.testing import wait_until
 from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
-from flakekit.testing.memory_cluster import MemoryClusterStore
+from flakekit.testing.memory_cluster import MemoryClusterStore, keyed_store, manual_node
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.owners import owner_of
 
@@ -41,24 +41,19 @@ SEGMENTS = SegmentSettings(wait_budget="200ms")
 class Harness:
     """Nodes on one memory store and one manual clock; ``tick()`` is a round of upkeep."""
 
-    def __init__(self, *, renew_lapsed: bool = False, handoff_wait: float = 0.0,
-                 lapse_means_stopped: bool = False, versioned: bool = False) -> None:
-        self.clock = ManualClock()
-        self.store = MemoryClusterStore(self.clock, renew_lapsed=renew_lapsed,
-                                        lapse_means_stopped=lapse_means_stopped,
-                                        versioned=versioned)
+    def __init__(self, *, handoff_wait: float = 0.0, **store_flags: bool) -> None:
+        """``store_flags``: the store's ``renew_lapsed``, ``lapse_means_stopped`` and
+        ``versioned`` (all off by default)."""
+        self.store = keyed_store(KEYS, 100, **store_flags)
+        self.clock = self.store.clock
         self.nodes: dict[str, ClusterNode] = {}
         self.handoff_wait = handoff_wait
-        for key in KEYS:
-            self.store.add_key(key, step=100)
 
     def add(self, name: str, weight: int = 1, lease: float = LEASE) -> ClusterNode:
-        node = ClusterNode(
-            ClusterSettings("c", name, f"http://{name}:8080", weight=weight, lease=lease,
-                            handoff_wait=self.handoff_wait, debounce=0.5),
-            self.store.membership(name), self.clock, threads=False)
-        for key in KEYS:
-            node.add_strict(key, self.store.fence(name), SEGMENTS)
+        node = manual_node(
+            self.store, ClusterSettings("c", name, f"http://{name}:8080", weight=weight,
+                                        lease=lease, handoff_wait=self.handoff_wait,
+                                        debounce=0.5), KEYS, SEGMENTS)
         self.nodes[name] = node.start()
         return node
 
@@ -545,11 +540,9 @@ def test_a_node_with_other_strict_keys_is_refused_at_its_join():
         a = h.add("a")
         h.settle()
         served = {k: a.next_id(k)[0] for k in KEYS}
-        drifted = ClusterNode(
-            ClusterSettings("c", "b", "http://b:8080", handoff_wait=0, debounce=0.5),
-            h.store.membership("b"), h.clock, threads=False)
-        for key in KEYS[1:]:   # lacks KEYS[0]
-            drifted.add_strict(key, h.store.fence("b"), SEGMENTS)
+        drifted = manual_node(   # lacks KEYS[0]
+            h.store, ClusterSettings("c", "b", "http://b:8080", handoff_wait=0, debounce=0.5),
+            KEYS[1:], SEGMENTS)
         with pytest.raises(ConfigError) as refused:
             drifted.start()
         line = str(refused.value)

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from flakekit.builtin.layouts import SNOWFLAKE
@@ -19,6 +19,7 @@ from flakekit.generators.snowflake import SnowflakeGenerator
 from flakekit.leases.lease import LeaseRequest
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import ManualClock, age_rows
+from flakekit.testing.engines import threaded_engine
 from flakekit.values.events import Events
 
 NS = 1_000_000_000
@@ -26,10 +27,7 @@ NS = 1_000_000_000
 
 @pytest.fixture
 def engine(db_url) -> Any:
-    options: dict[str, Any] = {}
-    if db_url.startswith("sqlite"):
-        options["connect_args"] = {"timeout": 60, "check_same_thread": False}
-    made = create_engine(db_url, **options)
+    made = threaded_engine(db_url)
     yield made
     made.dispose()
 
