@@ -79,6 +79,14 @@ def pools() -> Iterator[Callable[..., BackendPool]]:
         pool.dispose()
 
 
+@pytest.fixture
+def split(server, tcp_proxy, pools) -> tuple[Any, BackendPool, BackendPool]:
+    """(a proxy to ``server``, a pool ``direct`` to it, a pool ``through`` the proxy)."""
+    url, port = server
+    proxy = tcp_proxy(port)
+    return proxy, pools(url), pools(proxied(url, proxy))
+
+
 def allocator(pool: BackendPool, service: str, host: str) -> SqlWorkerAllocator:
     return SqlWorkerAllocator(engine=pool.engine("b"), service=service,
                               clock=MonotonicClock(), host=host, port=8080)
@@ -97,13 +105,11 @@ def stuck_at_commit(proxy: Any, fn: Callable[[], Any]) -> Call:
 
 
 class TestStuckAcquirer:
-    def test_other_services_and_nodes_get_ids(self, server, tcp_proxy, pools):
+    def test_other_services_and_nodes_get_ids(self, split):
         """A peer partitioned inside its acquire transaction: another service's acquire
         finishes (it does not share the peer's lock), and so does one of the peer's own
         service (the server ends the stuck session); each gets an id nobody holds."""
-        url, port = server
-        proxy = tcp_proxy(port)
-        direct, through = pools(url), pools(proxied(url, proxy))
+        proxy, direct, through = split
         init_schema(direct.engine("b"), "workers")
         holder = acquire(allocator(direct, "orders", "10.0.0.1"))  # a live node: id 0
         other = allocator(through, "orders", "10.0.0.2")
@@ -125,13 +131,11 @@ class TestStuckAcquirer:
         with pytest.raises(BackendError):
             peer.join()
 
-    def test_commit_delivered_but_unanswered(self, server, tcp_proxy, pools):
+    def test_commit_delivered_but_unanswered(self, split):
         """The peer's COMMIT reaches the server but the answer never comes back: the peer
         gets no lease (its acquire fails), and the row it committed is not handed to a
         restart on the same host:port while it might be live."""
-        url, port = server
-        proxy = tcp_proxy(port)
-        direct, through = pools(url), pools(proxied(url, proxy))
+        proxy, direct, through = split
         init_schema(direct.engine("b"), "workers")
         warm = allocator(through, "orders", "10.0.0.9")
         warm.release(acquire(warm), 0)
@@ -183,13 +187,11 @@ class TestStuckAcquirer:
 
 
 class TestStuckSegmentFetch:
-    def test_second_node_fetches_the_same_key(self, server, tcp_proxy, pools):
+    def test_second_node_fetches_the_same_key(self, split):
         """A node partitioned between its segment UPDATE and COMMIT: a second node's fetch
         of the same key finishes (the server rolls the stuck one back) and hands out the
         range the stuck node never got; the stuck node's fetch fails."""
-        url, port = server
-        proxy = tcp_proxy(port)
-        direct, through = pools(url), pools(proxied(url, proxy))
+        proxy, direct, through = split
         second, first = SqlSegmentStore(direct.engine("b")), SqlSegmentStore(through.engine("b"))
         second.create("invoice", step=100, start=1)
         warm = first.fetch("invoice")  # the first node's connection is open and warm
