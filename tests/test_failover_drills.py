@@ -110,16 +110,28 @@ def _duplicates(ranges: list[tuple[int, int]]) -> int:
     return twice
 
 
+def _fetched(store: SqlSegmentStore, times: int) -> list[tuple[int, int]]:
+    """``times`` fetches of key ``orders``, as (start, max_id) ranges."""
+    return [(a.start, a.max_id) for a in (store.fetch("orders") for _ in range(times))]
+
+
+def _orders_fetched(url: str, recorder: EventRecorder) -> tuple[SqlSegmentStore,
+                                                                 list[tuple[int, int]]]:
+    """A store on ``url`` (a pre-pinging engine, its events to ``recorder``) that created
+    key ``orders`` (step 100) and fetched it five times; the five ranges."""
+    store = SqlSegmentStore(create_engine(url, pool_pre_ping=True), events=recorder.events)
+    store.create("orders", step=100)
+    return store, _fetched(store, 5)
+
+
 @pytest.mark.parametrize("replicas", BOTH, indirect=True)
 def test_segments_async_cut_kill_promote(replicas, protected):
-    engine_a = create_engine(replicas.url, pool_pre_ping=True)
     recorder = EventRecorder()
-    old = SqlSegmentStore(engine_a, events=recorder.events)
-    old.create("orders", step=100)
-    ranges = [(a.start, a.max_id) for a in (old.fetch("orders") for _ in range(5))]
+    old, ranges = _orders_fetched(replicas.url, recorder)
+    engine_a = old.engine
     _replicated(replicas, "SELECT max_id FROM leaf_alloc", ranges[-1][1])
     replicas.cut_replication()
-    ranges += [(a.start, a.max_id) for a in (old.fetch("orders") for _ in range(20))]
+    ranges += _fetched(old, 20)
     killed = time.monotonic()
     replicas.fail_over()
 
@@ -139,7 +151,7 @@ def test_segments_async_cut_kill_promote(replicas, protected):
     replicas.new_standby()
     _replicated(replicas, "SELECT max_id FROM leaf_alloc", ranges[-1][1])
     replicas.cut_replication()
-    ranges += [(a.start, a.max_id) for a in (fresh.fetch("orders") for _ in range(10))]
+    ranges += _fetched(fresh, 10)
     replicas.fail_over()
     for store in (old, fresh):
         got = _retrying(lambda s=store: s.fetch("orders"))
@@ -286,11 +298,9 @@ def test_cluster_async_cut_kill_promote(replicas, protected):
 def test_planned_switch_over(replicas, protected):
     """Stop the primary cleanly, promote, re-point: nothing lost, nothing issued twice;
     what detection costs then is the skip-ahead and the quarantine (measured, printed)."""
-    engine = create_engine(replicas.url, pool_pre_ping=True)
     recorder = EventRecorder()
-    old = SqlSegmentStore(engine, events=recorder.events)
-    old.create("orders", step=100)
-    ranges = [(a.start, a.max_id) for a in (old.fetch("orders") for _ in range(5))]
+    old, ranges = _orders_fetched(replicas.url, recorder)
+    engine = old.engine
     init_schema(engine, WORKERS_COMPONENT)
     request = LeaseRequest("orders", 7, "10.0.0.1")
     holder = _allocator(replicas.url, 1, recorder.events)
