@@ -448,6 +448,15 @@ def _fetched_again(drawers: _Drawers, fetches: int = 2, seconds: float = 120) ->
     _served_again(drawers, seconds)
 
 
+def _duplicates_once_fetched_again(drawers: _Drawers) -> int:
+    """After a fail-over: :func:`_fetched_again`, a second more of drawing, the drawers
+    stopped; how many IDs they were issued twice."""
+    _fetched_again(drawers)
+    time.sleep(1)
+    drawers.stop()
+    return drawers.duplicates()
+
+
 @pytest.mark.postgresql
 def test_sync_cut_longer_than_the_reply_limit(protected):
     """PostgreSQL synchronous replication, the standby cut off for longer than the reply
@@ -466,10 +475,7 @@ def test_sync_cut_longer_than_the_reply_limit(protected):
         during = [e for t, e in drawers.errors if first + 3 < t < back]  # (the first
         # error starts the check of what the database waits for)
         rs.fail_over()                                # it has every acknowledged commit
-        _fetched_again(drawers)
-        time.sleep(1)
-        drawers.stop()
-        twice = drawers.duplicates()
+        twice = _duplicates_once_fetched_again(drawers)
         print(f"protected={protected}: {twice} of {drawers.count()} IDs issued twice; "
               f"callers failed for {drawers.outage():.1f} s ({len(drawers.errors)} errors); "
               f"while away, e.g.: {during[-1]}")
@@ -527,11 +533,8 @@ def test_mariadb_semi_sync_falls_back_then_fails_over(protected):
         strict.stop()
         rs.fail_over()
         rs.primary.sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")  # no replica yet
-        _fetched_again(drawers)
-        time.sleep(1)
-        drawers.stop()
+        twice = _duplicates_once_fetched_again(drawers)
         setup.dispose()
-        twice = drawers.duplicates()
         alerts = recorder.alerts()
         print(f"protected={protected}: {twice} of {drawers.count()} IDs issued twice; "
               f"callers failed for {drawers.outage():.1f} s; alerts {alerts}; "
@@ -573,10 +576,7 @@ def test_sync_cancelled_commits_then_fail_over(protected, monkeypatch):
             time.sleep(0.05)
         killer.dispose()
         rs.fail_over()                              # the standby lacks every one of them
-        _fetched_again(drawers)
-        time.sleep(1)
-        drawers.stop()
-        twice = drawers.duplicates()
+        twice = _duplicates_once_fetched_again(drawers)
         messages = sorted({e.split(": ", 1)[-1][:140] for _, e in drawers.errors})
         print(f"protected={protected}: {cancelled} commits cancelled; {twice} of "
               f"{drawers.count()} IDs issued twice; callers failed for "

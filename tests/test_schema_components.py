@@ -115,6 +115,14 @@ def db(capsys, command: str, cfg: str) -> str:
     return run_ok(capsys, "db", command, "-c", cfg)
 
 
+def config_after(capsys, tmp_path: Path, url: str, command: str) -> str:
+    """:func:`config` on ``url`` (both components), once ``flakekit db COMMAND`` on it
+    succeeded."""
+    cfg = config(tmp_path, url)
+    db(capsys, command, cfg)
+    return cfg
+
+
 def allocator(url: str, create_schema: bool = False):
     engine = create_engine(url)
     return engine, SqlWorkerAllocator(engine=engine, service="orders", clock=SystemClock(),
@@ -175,8 +183,7 @@ class TestWorkers:
         """The second `db upgrade` prints "up to date" and leaves versions, indexes and
         rows exactly as the first left them."""
         make_v1(db_url)
-        cfg = config(tmp_path, db_url)
-        db(capsys, "upgrade", cfg)
+        cfg = config_after(capsys, tmp_path, db_url, "upgrade")
         engine = create_engine(db_url)
         try:
             state = (versions(db_url), index_names(db_url), _rows(engine))
@@ -204,8 +211,7 @@ class TestWorkers:
     def test_newer_database_is_one_clear_line(self, capsys, tmp_path, db_url, component):
         """A version this code does not know: `db init`, `db upgrade` and start-up all fail
         with one line naming the component, the database's version and the code's."""
-        cfg = config(tmp_path, db_url)
-        db(capsys, "init", cfg)
+        cfg = config_after(capsys, tmp_path, db_url, "init")
         engine = create_engine(db_url)
         try:
             with engine.begin() as conn:

@@ -16,7 +16,7 @@ import pytest
 
 from flakekit.testing import unreachable_url
 from flakekit.testing.cli import run_cli as run
-from flakekit.testing.cli import run_ok, run_refused, write_toml
+from flakekit.testing.cli import run_ok, run_refused, write_segment_toml, write_toml
 
 
 def _on_layout(tmp_path: Path, name: str, fields: str, epoch: str) -> Path:
@@ -48,14 +48,7 @@ def _on_sql(tmp_path: Path, url: str, settings: str) -> Path:
 def _initialised_segment(capsys, tmp_path: Path, name: str, setting: str) -> Path:
     """A config whose one generator is segment ``name`` (one more TOML line: ``setting``) on
     ./ids.db, after `flakekit db init` on it succeeded."""
-    cfg = write_toml(tmp_path, f"""
-        [backends.default]
-        url = "sqlite:///ids.db"
-
-        [generators.{name}]
-        strategy = "segment"
-        {setting}
-    """)
+    cfg = write_segment_toml(tmp_path, "sqlite:///ids.db", name, setting)
     run_ok(capsys, "db", "init", "-c", str(cfg))
     return cfg
 
