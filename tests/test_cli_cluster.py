@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine
 
-from flakekit.assembly.cluster_spec import ADVERTISE_ENV, NODE_ENV
 from flakekit.cluster.store_contracts import JoinRequest, KeyClaim
 from flakekit.pluginhost.host import PluginHost
 from flakekit.pluginhost.markers import hookimpl
@@ -29,10 +28,7 @@ WEB1 = Member("web-1", "http://127.0.0.1:8001")
 WEB2 = Member("web-2", "http://127.0.0.1:8002", 2)
 
 
-@pytest.fixture(autouse=True)
-def _no_identity_env(monkeypatch):
-    monkeypatch.delenv(NODE_ENV, raising=False)
-    monkeypatch.delenv(ADVERTISE_ENV, raising=False)
+pytestmark = pytest.mark.usefixtures("no_node_identity")
 
 
 @pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgresql), "sqlite"])

@@ -21,11 +21,7 @@ from flakekit.testing.cli import run_cli, run_error_line, write_toml
 from flakekit.testing.configs import ADVERTISE, cluster_table, strict_config
 from flakekit.testing.databases import free_port
 
-
-@pytest.fixture(autouse=True)
-def _no_identity_env(monkeypatch):
-    monkeypatch.delenv(NODE_ENV, raising=False)
-    monkeypatch.delenv(ADVERTISE_ENV, raising=False)
+pytestmark = pytest.mark.usefixtures("no_node_identity")
 
 
 @pytest.fixture
