@@ -3,7 +3,6 @@ of hanging it; user options win."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,6 +14,7 @@ from flakekit.leases.lease import LeaseRequest
 from flakekit.sql.backends import BackendPool, BackendSettings, connect_defaults
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import ManualClock, proxied
+from flakekit.testing.threads import Call
 
 
 @contextmanager
@@ -115,21 +115,9 @@ def _heartbeat_through_a_stall(settings: BackendSettings, proxy: object) -> Base
                                    service="s", host="10.0.0.1", port=1, create_schema=True)
         lease = alloc.acquire(LeaseRequest("g", 1023, "", 0))
         proxy.stall()  # type: ignore[attr-defined]
-        outcome: list[BaseException | None] = []
-
-        def renew() -> None:
-            try:
-                alloc.renew(lease, 0)
-                outcome.append(None)
-            except BaseException as exc:  # noqa: BLE001 - checked below
-                outcome.append(exc)
-
-        worker = threading.Thread(target=renew, daemon=True)
-        worker.start()
-        worker.join(60)
-        assert not worker.is_alive(), "the heartbeat hung on a silent network"
-        error = outcome[0]
-        assert isinstance(error, BackendError) and "\n" not in str(error), outcome
+        error = Call(lambda: alloc.renew(lease, 0)).error_after(
+            60, "the heartbeat hung on a silent network")
+        assert isinstance(error, BackendError) and "\n" not in str(error), error
         proxy.unstall()  # type: ignore[attr-defined]
         assert alloc.renew(lease, 0).worker_id == lease.worker_id
         return error

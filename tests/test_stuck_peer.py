@@ -10,7 +10,6 @@ asserts a speed: a call must *finish* (the join timeouts are far above any defau
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,36 +23,14 @@ from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.schema import init_schema
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import proxied
+from flakekit.testing.threads import Call
 from flakekit.values.clock import MonotonicClock
 
 pytestmark = pytest.mark.slow
 
 NS = 1_000_000_000
-#: far beyond the defaults' worst case (idle_in_transaction_timeout 10 s, then one retry)
-FINISH_S = 120
-
-
-class Call:
-    """``fn()`` in a daemon thread: ``join()`` says whether it finished."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable[[], Any]) -> None:
-        try:
-            self.result = fn()
-        except BaseException as exc:  # noqa: BLE001 - inspected by the test
-            self.error = exc
-
-    def join(self, timeout: float = FINISH_S) -> Any:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"still waiting after {timeout} s"
-        if self.error is not None:
-            raise self.error
-        return self.result
+# Call(...).join() waits 120 s: far beyond the defaults' worst case
+# (idle_in_transaction_timeout 10 s, then one retry)
 
 
 @pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgresql),
