@@ -15,7 +15,7 @@ from sqlalchemy.engine import Engine, make_url
 from flakekit.errors import SegmentUnavailableError
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import SqlSegmentStore
-from flakekit.testing import TcpProxy, proxied
+from flakekit.testing import TcpProxy, proxied, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -129,10 +129,8 @@ class TestProxy:
                                    dynamic_step=False)
         gen = SegmentGenerator(SqlSegmentStore(engine), "k", settings).start()
         ids = [gen.next_id() for _ in range(100)]         # past 10%: next buffer fetched
-        deadline = time.monotonic() + 10
-        while not gen.stats().buffers[1].ready:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: gen.stats().buffers[1].ready, 10, what="the next buffer",
+                   interval=0.01)
         proxy.cut()
         with pytest.raises(SegmentUnavailableError) as info:
             while True:
