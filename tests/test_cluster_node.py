@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 
 import pytest
 
@@ -102,16 +103,10 @@ class Harness:
         for node in self.nodes.values():
             node.close()
 
-    def __enter__(self) -> Harness:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 @pytest.fixture
 def cluster():
-    with Harness() as h:
+    with closing(Harness()) as h:
         yield h
 
 
@@ -301,7 +296,7 @@ def test_crash_handoff_is_at_once_where_a_lapsed_record_proves_the_owner_stopped
     ZooKeeper), the new owner takes a crashed owner's key as soon as the view moves,
     without waiting lease + margin again; the dead owner's own deadline is already over,
     and should it wake and renew, it serves nothing under its old claim."""
-    with Harness(lapse_means_stopped=True, renew_lapsed=renew_lapsed) as h:
+    with closing(Harness(lapse_means_stopped=True, renew_lapsed=renew_lapsed)) as h:
         a, b = h.started("ab")
         key = h.key_of(a)
         served = a.next_id(key)[0]
@@ -388,7 +383,7 @@ def test_reclaim_never_reuses_an_old_segment():
     """tidb #52600: a node that lost a key (it missed the views in between while paused)
     and regained it must start from a fresh segment above what the interim owner
     served, not count on through its old buffer."""
-    with Harness(renew_lapsed=True) as h:   # a store that lets a lapsed holder renew
+    with closing(Harness(renew_lapsed=True)) as h:   # a store that lets a lapsed holder renew
         a, b = h.started("ab")
         key = h.key_of(a)
         old, _ = a.next_id(key)
@@ -446,7 +441,7 @@ def test_a_clean_close_gives_back_and_releases(cluster):
 def test_waiting_callers_get_the_key_when_the_planned_handoff_lands():
     """With handoff_wait, a caller at the new owner waits (on a condition) until the old
     owner released, instead of failing."""
-    with Harness(handoff_wait=5.0) as h:
+    with closing(Harness(handoff_wait=5.0)) as h:
         a, b = h.started("ab")
         key = h.key_of(a)
         before, _ = a.next_id(key)
@@ -536,7 +531,7 @@ def test_a_node_with_other_strict_keys_is_refused_at_its_join():
     members' (a key missing, or one more) is refused at start with one line naming the
     nodes and the keys it can tell, and leaves again: it never serves, and the others'
     keys stay where they are. The same config joins."""
-    with Harness() as h:
+    with closing(Harness()) as h:
         a = h.add("a")
         h.settle()
         served = {k: a.next_id(k)[0] for k in KEYS}
