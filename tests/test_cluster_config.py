@@ -20,6 +20,7 @@ from flakekit.pluginhost.markers import hookimpl
 from flakekit.testing.cli import run_cli, run_error_line, write_toml
 from flakekit.testing.configs import ADVERTISE, cluster_table, strict_config
 from flakekit.testing.databases import free_port
+from flakekit.testing.pytest_plugin import cleaned_up
 
 pytestmark = pytest.mark.usefixtures("no_node_identity")
 
@@ -28,15 +29,11 @@ pytestmark = pytest.mark.usefixtures("no_node_identity")
 def build(host):
     """``build(cluster=None, generators=None, **kw)``: a kit of ``strict_config(cluster,
     generators)``, closed after the test."""
-    kits = []
-
     def build(cluster=None, generators=None, **kw):
-        kits.append(build_kit(strict_config(cluster, generators), host, **kw))
-        return kits[-1]
+        return build_kit(strict_config(cluster, generators), host, **kw)
 
-    yield build
-    for kit in kits:
-        kit.close()
+    with cleaned_up(build, lambda kit: kit.close()) as made:
+        yield made
 
 
 # -- defaults ---------------------------------------------------------------------------------

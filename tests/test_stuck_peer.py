@@ -23,6 +23,7 @@ from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.schema import init_schema
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import proxied
+from flakekit.testing.pytest_plugin import cleaned_up
 from flakekit.testing.threads import Call
 from flakekit.values.clock import MonotonicClock
 
@@ -45,15 +46,11 @@ def server(request) -> Iterator[tuple[str, int]]:
 
 @pytest.fixture
 def pools() -> Iterator[Callable[..., BackendPool]]:
-    made: list[BackendPool] = []
-
     def make(url: str, **limits: int) -> BackendPool:
-        made.append(BackendPool({"b": BackendSettings(url, **limits)}))  # default: defaults
-        return made[-1]
+        return BackendPool({"b": BackendSettings(url, **limits)})  # default: defaults
 
-    yield make
-    for pool in made:
-        pool.dispose()
+    with cleaned_up(make, BackendPool.dispose) as made:
+        yield made
 
 
 @pytest.fixture
