@@ -87,6 +87,7 @@ class Call:
     def join(self, timeout: float = 120.0) -> Any:
         """Wait up to ``timeout`` s (failing unless the call finished); what it returned,
         or its error raised here."""
-        if self.error_after(timeout) is not None:
-            raise self.error  # type: ignore[misc]
+        error = self.error_after(timeout)
+        if error is not None:
+            raise error
         return self.result
