@@ -28,6 +28,16 @@ def _own_state_dir(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def no_node_identity(monkeypatch):
+    """$FLAKEKIT_NODE and $FLAKEKIT_ADVERTISE unset: a cluster node's identity comes from
+    the config (or the host name), never from the shell that runs the tests."""
+    from flakekit.assembly.cluster_spec import ADVERTISE_ENV, NODE_ENV
+
+    monkeypatch.delenv(NODE_ENV, raising=False)
+    monkeypatch.delenv(ADVERTISE_ENV, raising=False)
+
+
+@pytest.fixture
 def host():
     """A freshly loaded plugin host without entry points (only built-ins)."""
     from flakekit.pluginhost.host import PluginHost

@@ -16,7 +16,7 @@ import flakekit
 from flakekit import aio
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import SqlSegmentStore
-from flakekit.testing import proxied
+from flakekit.testing import proxied, wait_until
 
 DELAY_S = 0.2  # per chunk towards the server: a fetch takes several of these
 
@@ -95,10 +95,8 @@ def test_loop_keeps_ticking_while_a_refill_waits(slow_segments):
 
     # a batch that needs more than memory holds waits in a thread too
     proxy.delay_s = 0.0
-    deadline = time.monotonic() + 15
-    while not gen.stats().buffers[1].ready:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: gen.stats().buffers[1].ready, 15, what="the next buffer",
+               interval=0.01)
     ids = [value] + _drain(gen)
     proxy.delay_s = DELAY_S
 

@@ -3,16 +3,28 @@ of hanging it; user options win."""
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from flakekit.errors import BackendError
 from flakekit.leases.lease import LeaseRequest
 from flakekit.sql.backends import BackendPool, BackendSettings, connect_defaults
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import ManualClock, proxied
+from flakekit.testing.threads import Call
+
+
+@contextmanager
+def connection(pool: BackendPool) -> Iterator[Connection]:
+    """A connection of ``pool``'s backend ``b``; the pool disposed after."""
+    try:
+        with pool.engine("b").connect() as conn:
+            yield conn
+    finally:
+        pool.dispose()
 
 
 class TestDefaults:
@@ -28,26 +40,18 @@ class TestDefaults:
     @pytest.mark.postgresql
     def test_reach_the_postgresql_connection(self, pg_url):
         """The live libpq connection carries the defaults."""
-        pool = BackendPool({"b": BackendSettings(pg_url)})
-        try:
-            with pool.engine("b").connect() as conn:
-                params = conn.connection.dbapi_connection.info.get_parameters()
-            assert params["keepalives"] == "1" and params["tcp_user_timeout"] == "30000"
-        finally:
-            pool.dispose()
+        with connection(BackendPool({"b": BackendSettings(pg_url)})) as conn:
+            params = conn.connection.dbapi_connection.info.get_parameters()
+        assert params["keepalives"] == "1" and params["tcp_user_timeout"] == "30000"
 
     @pytest.mark.mariadb
     def test_user_options_win(self, mariadb_url):
         """options.connect_args overrides a default and keeps the others."""
-        pool = BackendPool({"b": BackendSettings(mariadb_url,
-                                                 {"connect_args": {"read_timeout": 7}})})
-        try:
-            with pool.engine("b").connect() as conn:
-                raw = conn.connection.dbapi_connection
-                conn.execute(text("SELECT 1"))
-            assert (raw._read_timeout, raw._write_timeout) == (7, 35)
-        finally:
-            pool.dispose()
+        settings = BackendSettings(mariadb_url, {"connect_args": {"read_timeout": 7}})
+        with connection(BackendPool({"b": settings})) as conn:
+            raw = conn.connection.dbapi_connection
+            conn.execute(text("SELECT 1"))
+        assert (raw._read_timeout, raw._write_timeout) == (7, 35)
 
 
 class TestSessionLimits:
@@ -65,29 +69,21 @@ class TestSessionLimits:
 
     @pytest.mark.postgresql
     def test_postgresql(self, pg_url):
-        pool = self.pool(pg_url)
-        try:
-            with pool.engine("b").connect() as conn:
-                got = [conn.execute(text(f"SHOW {name}")).scalar() for name in (
-                    "lock_timeout", "idle_in_transaction_session_timeout", "statement_timeout")]
-                params = conn.connection.dbapi_connection.info.get_parameters()
-            assert got == ["3s", "4s", "20s"] and params["connect_timeout"] == "5"
-        finally:
-            pool.dispose()
+        with connection(self.pool(pg_url)) as conn:
+            got = [conn.execute(text(f"SHOW {name}")).scalar() for name in (
+                "lock_timeout", "idle_in_transaction_session_timeout", "statement_timeout")]
+            params = conn.connection.dbapi_connection.info.get_parameters()
+        assert got == ["3s", "4s", "20s"] and params["connect_timeout"] == "5"
 
     @pytest.mark.mariadb
     def test_mariadb(self, mariadb_url):
-        pool = self.pool(mariadb_url)
-        try:
-            with pool.engine("b").connect() as conn:
-                got = conn.execute(text(
-                    "SELECT @@innodb_lock_wait_timeout, @@idle_transaction_timeout, "
-                    "@@max_statement_time, @@tx_isolation")).one()
-                raw = conn.connection.dbapi_connection
-            assert tuple(got) == (3, 4, 20.0, "READ-COMMITTED")
-            assert (raw.connect_timeout, raw._read_timeout, raw._write_timeout) == (5, 25, 25)
-        finally:
-            pool.dispose()
+        with connection(self.pool(mariadb_url)) as conn:
+            got = conn.execute(text(
+                "SELECT @@innodb_lock_wait_timeout, @@idle_transaction_timeout, "
+                "@@max_statement_time, @@tx_isolation")).one()
+            raw = conn.connection.dbapi_connection
+        assert tuple(got) == (3, 4, 20.0, "READ-COMMITTED")
+        assert (raw.connect_timeout, raw._read_timeout, raw._write_timeout) == (5, 25, 25)
 
     def test_sqlite_busy_timeout_is_the_lock_timeout(self, tmp_path):
         assert connect_defaults(f"sqlite:///{tmp_path}/x.db",
@@ -119,21 +115,9 @@ def _heartbeat_through_a_stall(settings: BackendSettings, proxy: object) -> Base
                                    service="s", host="10.0.0.1", port=1, create_schema=True)
         lease = alloc.acquire(LeaseRequest("g", 1023, "", 0))
         proxy.stall()  # type: ignore[attr-defined]
-        outcome: list[BaseException | None] = []
-
-        def renew() -> None:
-            try:
-                alloc.renew(lease, 0)
-                outcome.append(None)
-            except BaseException as exc:  # noqa: BLE001 - checked below
-                outcome.append(exc)
-
-        worker = threading.Thread(target=renew, daemon=True)
-        worker.start()
-        worker.join(60)
-        assert not worker.is_alive(), "the heartbeat hung on a silent network"
-        error = outcome[0]
-        assert isinstance(error, BackendError) and "\n" not in str(error), outcome
+        error = Call(lambda: alloc.renew(lease, 0)).error_after(
+            60, "the heartbeat hung on a silent network")
+        assert isinstance(error, BackendError) and "\n" not in str(error), error
         proxy.unstall()  # type: ignore[attr-defined]
         assert alloc.renew(lease, 0).worker_id == lease.worker_id
         return error

@@ -63,6 +63,15 @@ def _handoffs(crash_ms: float, load: str = "1.00 1.00 1.00") -> dict[str, Any]:
             "membership": "sql", "load_before": load, "load_after": load}
 
 
+def _started(command: str, best: float, median: float, ratio: float, ratio_median: float,
+             cpu: float, cpu_ratio: float, within_target: bool) -> dict[str, Any]:
+    """One row of bench_startup's results: ``command``'s start-up in ms (best, median,
+    CPU) and as ratios to ``import click``'s."""
+    return {"command": command, "best_ms": best, "median_ms": median, "ratio": ratio,
+            "ratio_median": ratio_median, "cpu_ms": cpu, "cpu_ratio": cpu_ratio,
+            "within_target": within_target}
+
+
 def canned(run_all: Any) -> list[dict[str, Any]]:
     peers = ["flakekit next_id() (snowflake, monotonic, static)",
              "flakeid make_generator(PRESET_TWITTER).next_id", "snowflake-id next(gen)",
@@ -75,18 +84,10 @@ def canned(run_all: Any) -> list[dict[str, Any]]:
     startup = {"target": 2.5, "next_target_ms": 350.0, "timer": "t", "runs": 30,
                "bytecode": "cached", "python": "3.11", "plugins": [],
                "load": [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], "results": [
-                   {"command": 'python -c "import click"', "best_ms": 35.0, "median_ms": 37.0,
-                    "ratio": 1.0, "ratio_median": 1.0, "cpu_ms": 35.0, "cpu_ratio": 1.0,
-                    "within_target": True},
-                   {"command": "flakekit --help", "best_ms": 79.0, "median_ms": 84.0,
-                    "ratio": 2.25, "ratio_median": 2.28, "cpu_ms": 80.0, "cpu_ratio": 2.3,
-                    "within_target": True},
-                   {"command": "flakekit layout list", "best_ms": 99.0, "median_ms": 99.0,
-                    "ratio": 2.6, "ratio_median": 2.28, "cpu_ms": 80.0, "cpu_ratio": 2.3,
-                    "within_target": False},
-                   {"command": "flakekit next", "best_ms": 300.0, "median_ms": 320.0,
-                    "ratio": 8.0, "ratio_median": 8.0, "cpu_ms": 290.0, "cpu_ratio": 8.0,
-                    "within_target": True}]}
+                   _started('python -c "import click"', 35.0, 37.0, 1.0, 1.0, 35.0, 1.0, True),
+                   _started("flakekit --help", 79.0, 84.0, 2.25, 2.28, 80.0, 2.3, True),
+                   _started("flakekit layout list", 99.0, 99.0, 2.6, 2.28, 80.0, 2.3, False),
+                   _started("flakekit next", 300.0, 320.0, 8.0, 8.0, 290.0, 8.0, True)]}
     server = {"stacks": [_stack("flakekit", 162_000.0, 27.8e6, 1.5),
                          _stack("uvicorn", 54_000.0, 23.4e6, 3.2)], "table": "flakekit ..."}
     owner = {"rps": 30_000.0, "p50_ms": 0.5, "p99_ms": 2.0, "node_cpu_us": 30.0, "errors": 0}

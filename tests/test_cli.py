@@ -199,9 +199,7 @@ key = "order"
 
 class TestSharedClusterConfig:
     @pytest.fixture
-    def shared(self, tmp_path, monkeypatch):
-        monkeypatch.delenv("FLAKEKIT_NODE", raising=False)
-        monkeypatch.delenv("FLAKEKIT_ADVERTISE", raising=False)
+    def shared(self, tmp_path, no_node_identity):
         path = tmp_path / "ids.toml"
         path.write_text(SHARED_CLUSTER)
         return path

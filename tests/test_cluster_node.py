@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 
 import pytest
 
@@ -26,9 +27,9 @@ from flakekit.errors import (
     NotOwnerError,
 )
 from flakekit.generators.segment import SegmentSettings
-from flakekit.testing import ManualClock, wait_until
+from flakekit.testing import wait_until
 from flakekit.testing.cluster_draws import DrawingClients, check_order, owns
-from flakekit.testing.memory_cluster import MemoryClusterStore
+from flakekit.testing.memory_cluster import MemoryClusterStore, keyed_store, manual_node
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.owners import owner_of
 
@@ -41,24 +42,19 @@ SEGMENTS = SegmentSettings(wait_budget="200ms")
 class Harness:
     """Nodes on one memory store and one manual clock; ``tick()`` is a round of upkeep."""
 
-    def __init__(self, *, renew_lapsed: bool = False, handoff_wait: float = 0.0,
-                 lapse_means_stopped: bool = False, versioned: bool = False) -> None:
-        self.clock = ManualClock()
-        self.store = MemoryClusterStore(self.clock, renew_lapsed=renew_lapsed,
-                                        lapse_means_stopped=lapse_means_stopped,
-                                        versioned=versioned)
+    def __init__(self, *, handoff_wait: float = 0.0, **store_flags: bool) -> None:
+        """``store_flags``: the store's ``renew_lapsed``, ``lapse_means_stopped`` and
+        ``versioned`` (all off by default)."""
+        self.store = keyed_store(KEYS, 100, **store_flags)
+        self.clock = self.store.clock
         self.nodes: dict[str, ClusterNode] = {}
         self.handoff_wait = handoff_wait
-        for key in KEYS:
-            self.store.add_key(key, step=100)
 
     def add(self, name: str, weight: int = 1, lease: float = LEASE) -> ClusterNode:
-        node = ClusterNode(
-            ClusterSettings("c", name, f"http://{name}:8080", weight=weight, lease=lease,
-                            handoff_wait=self.handoff_wait, debounce=0.5),
-            self.store.membership(name), self.clock, threads=False)
-        for key in KEYS:
-            node.add_strict(key, self.store.fence(name), SEGMENTS)
+        node = manual_node(
+            self.store, ClusterSettings("c", name, f"http://{name}:8080", weight=weight,
+                                        lease=lease, handoff_wait=self.handoff_wait,
+                                        debounce=0.5), KEYS, SEGMENTS)
         self.nodes[name] = node.start()
         return node
 
@@ -107,16 +103,10 @@ class Harness:
         for node in self.nodes.values():
             node.close()
 
-    def __enter__(self) -> Harness:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 @pytest.fixture
 def cluster():
-    with Harness() as h:
+    with closing(Harness()) as h:
         yield h
 
 
@@ -306,7 +296,7 @@ def test_crash_handoff_is_at_once_where_a_lapsed_record_proves_the_owner_stopped
     ZooKeeper), the new owner takes a crashed owner's key as soon as the view moves,
     without waiting lease + margin again; the dead owner's own deadline is already over,
     and should it wake and renew, it serves nothing under its old claim."""
-    with Harness(lapse_means_stopped=True, renew_lapsed=renew_lapsed) as h:
+    with closing(Harness(lapse_means_stopped=True, renew_lapsed=renew_lapsed)) as h:
         a, b = h.started("ab")
         key = h.key_of(a)
         served = a.next_id(key)[0]
@@ -393,7 +383,7 @@ def test_reclaim_never_reuses_an_old_segment():
     """tidb #52600: a node that lost a key (it missed the views in between while paused)
     and regained it must start from a fresh segment above what the interim owner
     served, not count on through its old buffer."""
-    with Harness(renew_lapsed=True) as h:   # a store that lets a lapsed holder renew
+    with closing(Harness(renew_lapsed=True)) as h:   # a store that lets a lapsed holder renew
         a, b = h.started("ab")
         key = h.key_of(a)
         old, _ = a.next_id(key)
@@ -451,7 +441,7 @@ def test_a_clean_close_gives_back_and_releases(cluster):
 def test_waiting_callers_get_the_key_when_the_planned_handoff_lands():
     """With handoff_wait, a caller at the new owner waits (on a condition) until the old
     owner released, instead of failing."""
-    with Harness(handoff_wait=5.0) as h:
+    with closing(Harness(handoff_wait=5.0)) as h:
         a, b = h.started("ab")
         key = h.key_of(a)
         before, _ = a.next_id(key)
@@ -541,15 +531,13 @@ def test_a_node_with_other_strict_keys_is_refused_at_its_join():
     members' (a key missing, or one more) is refused at start with one line naming the
     nodes and the keys it can tell, and leaves again: it never serves, and the others'
     keys stay where they are. The same config joins."""
-    with Harness() as h:
+    with closing(Harness()) as h:
         a = h.add("a")
         h.settle()
         served = {k: a.next_id(k)[0] for k in KEYS}
-        drifted = ClusterNode(
-            ClusterSettings("c", "b", "http://b:8080", handoff_wait=0, debounce=0.5),
-            h.store.membership("b"), h.clock, threads=False)
-        for key in KEYS[1:]:   # lacks KEYS[0]
-            drifted.add_strict(key, h.store.fence("b"), SEGMENTS)
+        drifted = manual_node(   # lacks KEYS[0]
+            h.store, ClusterSettings("c", "b", "http://b:8080", handoff_wait=0, debounce=0.5),
+            KEYS[1:], SEGMENTS)
         with pytest.raises(ConfigError) as refused:
             drifted.start()
         line = str(refused.value)

@@ -20,8 +20,7 @@ from flakekit.cluster.node import ClusterNode
 from flakekit.cluster.settings import ClusterSettings
 from flakekit.errors import BackendError, ClusterError, SegmentUnavailableError
 from flakekit.generators.segment import SegmentSettings
-from flakekit.testing import ManualClock
-from flakekit.testing.memory_cluster import MemoryClusterStore
+from flakekit.testing.memory_cluster import keyed_store, manual_node
 from flakekit.values.cluster import Member
 
 KEYS = ("k0", "k1", "k2")
@@ -36,13 +35,9 @@ class ClusterMachine(RuleBasedStateMachine):
 
     @initialize(renew_lapsed=st.booleans(), lapse_means_stopped=st.booleans(),
                 versioned=st.booleans())
-    def setup(self, renew_lapsed: bool, lapse_means_stopped: bool, versioned: bool) -> None:
-        self.clock = ManualClock()
-        self.store = MemoryClusterStore(self.clock, renew_lapsed=renew_lapsed,
-                                        lapse_means_stopped=lapse_means_stopped,
-                                        versioned=versioned)
-        for key in KEYS:
-            self.store.add_key(key, step=50)
+    def setup(self, **store_flags: bool) -> None:
+        self.store = keyed_store(KEYS, 50, **store_flags)
+        self.clock = self.store.clock
         self.procs: list[tuple[str, ClusterNode]] = []   # every process ever started
         self.mode: dict[int, str] = {}
         self.served: dict[str, set[int]] = {k: set() for k in KEYS}
@@ -52,12 +47,9 @@ class ClusterMachine(RuleBasedStateMachine):
         self._start("n0")
 
     def _start(self, name: str) -> None:
-        node = ClusterNode(
-            ClusterSettings("c", name, f"http://{name}", lease=LEASE, handoff_wait=0,
-                            debounce=0.2),
-            self.store.membership(name), self.clock, threads=False)
-        for key in KEYS:
-            node.add_strict(key, self.store.fence(name), SEGMENTS)
+        node = manual_node(self.store, ClusterSettings("c", name, f"http://{name}", lease=LEASE,
+                                                       handoff_wait=0, debounce=0.2),
+                           KEYS, SEGMENTS)
         try:
             node.start()
         except BackendError:   # the name is still held by a live (paused/dead) process

@@ -78,14 +78,13 @@ class TestParse:
 
     def test_segment_key_follows_the_servers_rule(self, tmp_path, capsys):
         """A generator's segment key the server could not serve is refused at load."""
-        from flakekit.testing.cli import run_cli
+        from flakekit.testing.cli import run_refused
 
         path = write_toml(tmp_path, '[backends.main]\nurl = "sqlite:///x.db"\n[generators.a]\n'
                           'strategy = "segment"\nstore = { type = "sql", backend = "main" }\n'
                           'key = "bad key"\n')
-        code, _, err = run_cli(capsys, "config", "check", str(path))
-        assert code == 2 and err.startswith("error: generators.a.key: 'bad key' is not a valid "
-                                            "segment key")
+        err = run_refused(capsys, "config", "check", str(path))
+        assert err.startswith("error: generators.a.key: 'bad key' is not a valid segment key")
 
     def test_bad_toml(self, tmp_path):
         """Broken TOML says where."""

@@ -14,12 +14,12 @@ import subprocess
 import sys
 
 import pytest
-from test_stuck_peer import Call
 
 from flakekit.errors import BackendError
 from flakekit.leases.lease import LeaseRequest
 from flakekit.sql.backends import BackendPool, BackendSettings
 from flakekit.sql.workers import SqlWorkerAllocator
+from flakekit.testing.threads import Call
 from flakekit.values.clock import MonotonicClock
 
 pytestmark = pytest.mark.slow

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import AllocatorContract, SegmentStoreContract, age_rows
 from flakekit.testing.contract_clock import OnManualClock
+from flakekit.testing.engines import threaded_engine
 from flakekit.values.events import Events
 
 NS = 1_000_000_000
@@ -23,10 +23,7 @@ TIERS_NS = (60 * NS,)
 
 @pytest.fixture
 def engine(db_url) -> Iterator[Engine]:
-    options: dict[str, Any] = {}
-    if db_url.startswith("sqlite"):
-        options["connect_args"] = {"timeout": 60, "check_same_thread": False}
-    made = create_engine(db_url, **options)
+    made = threaded_engine(db_url)
     yield made
     assert made.pool.checkedout() == 0, made.pool.status()
     made.dispose()

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from flakekit.builtin.layouts import SNOWFLAKE
@@ -19,6 +19,8 @@ from flakekit.generators.snowflake import SnowflakeGenerator
 from flakekit.leases.lease import LeaseRequest
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import ManualClock, age_rows
+from flakekit.testing.engines import threaded_engine
+from flakekit.testing.threads import Call
 from flakekit.values.events import Events
 
 NS = 1_000_000_000
@@ -26,10 +28,7 @@ NS = 1_000_000_000
 
 @pytest.fixture
 def engine(db_url) -> Any:
-    options: dict[str, Any] = {}
-    if db_url.startswith("sqlite"):
-        options["connect_args"] = {"timeout": 60, "check_same_thread": False}
-    made = create_engine(db_url, **options)
+    made = threaded_engine(db_url)
     yield made
     made.dispose()
 
@@ -111,30 +110,18 @@ class TestHighWaterMark:
 def test_heartbeat_blocked_behind_a_reclaim_is_lost(engine):
     """A heartbeat that waits on the row lock of a reclaiming transaction must find the
     new version once it gets the lock (not succeed with a stale last_seen)."""
-    import threading
-
     from flakekit.errors import LeaseLostError
 
     clock = ManualClock()
     holder = alloc(engine, clock, "10.0.0.1")
     lease = holder.acquire(LeaseRequest("e2e", 0, "10.0.0.1", 1))
-    outcome: list[BaseException | None] = []
     with engine.begin() as conn:  # the reclaimer's transaction, holding the row lock
         conn.execute(text("SELECT version FROM system_nodes WHERE machine_id = :m FOR UPDATE"),
                      {"m": lease.worker_id})
         conn.execute(text("UPDATE system_nodes SET version = version + 1, holder = 'other' "
                           "WHERE machine_id = :m"), {"m": lease.worker_id})
-
-        def beat() -> None:
-            try:
-                holder.renew(lease, 0)
-                outcome.append(None)
-            except BaseException as exc:  # noqa: BLE001
-                outcome.append(exc)
-
-        thread = threading.Thread(target=beat)
-        thread.start()
-        thread.join(0.5)
-        assert thread.is_alive()  # blocked on the lock
-    thread.join(10)
-    assert outcome and isinstance(outcome[0], LeaseLostError), outcome
+        beat = Call(lambda: holder.renew(lease, 0))
+        beat.thread.join(0.5)
+        assert beat.thread.is_alive()  # blocked on the lock
+    error = beat.error_after(10)
+    assert isinstance(error, LeaseLostError), (beat.result, error)

@@ -110,16 +110,28 @@ def _duplicates(ranges: list[tuple[int, int]]) -> int:
     return twice
 
 
+def _fetched(store: SqlSegmentStore, times: int) -> list[tuple[int, int]]:
+    """``times`` fetches of key ``orders``, as (start, max_id) ranges."""
+    return [(a.start, a.max_id) for a in (store.fetch("orders") for _ in range(times))]
+
+
+def _orders_fetched(url: str, recorder: EventRecorder) -> tuple[SqlSegmentStore,
+                                                                 list[tuple[int, int]]]:
+    """A store on ``url`` (a pre-pinging engine, its events to ``recorder``) that created
+    key ``orders`` (step 100) and fetched it five times; the five ranges."""
+    store = SqlSegmentStore(create_engine(url, pool_pre_ping=True), events=recorder.events)
+    store.create("orders", step=100)
+    return store, _fetched(store, 5)
+
+
 @pytest.mark.parametrize("replicas", BOTH, indirect=True)
 def test_segments_async_cut_kill_promote(replicas, protected):
-    engine_a = create_engine(replicas.url, pool_pre_ping=True)
     recorder = EventRecorder()
-    old = SqlSegmentStore(engine_a, events=recorder.events)
-    old.create("orders", step=100)
-    ranges = [(a.start, a.max_id) for a in (old.fetch("orders") for _ in range(5))]
+    old, ranges = _orders_fetched(replicas.url, recorder)
+    engine_a = old.engine
     _replicated(replicas, "SELECT max_id FROM leaf_alloc", ranges[-1][1])
     replicas.cut_replication()
-    ranges += [(a.start, a.max_id) for a in (old.fetch("orders") for _ in range(20))]
+    ranges += _fetched(old, 20)
     killed = time.monotonic()
     replicas.fail_over()
 
@@ -139,7 +151,7 @@ def test_segments_async_cut_kill_promote(replicas, protected):
     replicas.new_standby()
     _replicated(replicas, "SELECT max_id FROM leaf_alloc", ranges[-1][1])
     replicas.cut_replication()
-    ranges += [(a.start, a.max_id) for a in (fresh.fetch("orders") for _ in range(10))]
+    ranges += _fetched(fresh, 10)
     replicas.fail_over()
     for store in (old, fresh):
         got = _retrying(lambda s=store: s.fetch("orders"))
@@ -286,11 +298,9 @@ def test_cluster_async_cut_kill_promote(replicas, protected):
 def test_planned_switch_over(replicas, protected):
     """Stop the primary cleanly, promote, re-point: nothing lost, nothing issued twice;
     what detection costs then is the skip-ahead and the quarantine (measured, printed)."""
-    engine = create_engine(replicas.url, pool_pre_ping=True)
     recorder = EventRecorder()
-    old = SqlSegmentStore(engine, events=recorder.events)
-    old.create("orders", step=100)
-    ranges = [(a.start, a.max_id) for a in (old.fetch("orders") for _ in range(5))]
+    old, ranges = _orders_fetched(replicas.url, recorder)
+    engine = old.engine
     init_schema(engine, WORKERS_COMPONENT)
     request = LeaseRequest("orders", 7, "10.0.0.1")
     holder = _allocator(replicas.url, 1, recorder.events)
@@ -438,6 +448,15 @@ def _fetched_again(drawers: _Drawers, fetches: int = 2, seconds: float = 120) ->
     _served_again(drawers, seconds)
 
 
+def _duplicates_once_fetched_again(drawers: _Drawers) -> int:
+    """After a fail-over: :func:`_fetched_again`, a second more of drawing, the drawers
+    stopped; how many IDs they were issued twice."""
+    _fetched_again(drawers)
+    time.sleep(1)
+    drawers.stop()
+    return drawers.duplicates()
+
+
 @pytest.mark.postgresql
 def test_sync_cut_longer_than_the_reply_limit(protected):
     """PostgreSQL synchronous replication, the standby cut off for longer than the reply
@@ -456,10 +475,7 @@ def test_sync_cut_longer_than_the_reply_limit(protected):
         during = [e for t, e in drawers.errors if first + 3 < t < back]  # (the first
         # error starts the check of what the database waits for)
         rs.fail_over()                                # it has every acknowledged commit
-        _fetched_again(drawers)
-        time.sleep(1)
-        drawers.stop()
-        twice = drawers.duplicates()
+        twice = _duplicates_once_fetched_again(drawers)
         print(f"protected={protected}: {twice} of {drawers.count()} IDs issued twice; "
               f"callers failed for {drawers.outage():.1f} s ({len(drawers.errors)} errors); "
               f"while away, e.g.: {during[-1]}")
@@ -517,11 +533,8 @@ def test_mariadb_semi_sync_falls_back_then_fails_over(protected):
         strict.stop()
         rs.fail_over()
         rs.primary.sql("SET GLOBAL rpl_semi_sync_master_enabled = OFF")  # no replica yet
-        _fetched_again(drawers)
-        time.sleep(1)
-        drawers.stop()
+        twice = _duplicates_once_fetched_again(drawers)
         setup.dispose()
-        twice = drawers.duplicates()
         alerts = recorder.alerts()
         print(f"protected={protected}: {twice} of {drawers.count()} IDs issued twice; "
               f"callers failed for {drawers.outage():.1f} s; alerts {alerts}; "
@@ -563,10 +576,7 @@ def test_sync_cancelled_commits_then_fail_over(protected, monkeypatch):
             time.sleep(0.05)
         killer.dispose()
         rs.fail_over()                              # the standby lacks every one of them
-        _fetched_again(drawers)
-        time.sleep(1)
-        drawers.stop()
-        twice = drawers.duplicates()
+        twice = _duplicates_once_fetched_again(drawers)
         messages = sorted({e.split(": ", 1)[-1][:140] for _, e in drawers.errors})
         print(f"protected={protected}: {cancelled} commits cancelled; {twice} of "
               f"{drawers.count()} IDs issued twice; callers failed for "

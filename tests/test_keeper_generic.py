@@ -106,11 +106,18 @@ def keeper(clock: ManualClock, on_lost: str = "stop") -> tuple[LeaseKeeper, Memb
     return LeaseKeeper(src, Join("cluster-a", "n1"), clock, log, on_lost), src, log
 
 
-def test_renewal_extends_from_the_send_time_and_failures_keep_the_deadline():
+def started(on_lost: str = "stop") -> tuple[ManualClock, LeaseKeeper, Members, Log, Serving,
+                                            MemberLease]:
+    """A :func:`keeper` on a fresh manual clock, started on a new target: (clock, keeper,
+    source, log, target, the first lease)."""
     clock = ManualClock()
-    k, src, log = keeper(clock)
+    k, src, log = keeper(clock, on_lost)
     target = Serving()
-    lease = k.start(target)
+    return clock, k, src, log, target, k.start(target)
+
+
+def test_renewal_extends_from_the_send_time_and_failures_keep_the_deadline():
+    clock, k, src, log, target, lease = started()
     assert target.bound == [lease] and log.seen == [("acquired", "member n1")]
     clock.advance(3)
     assert k.renew_once()
@@ -125,10 +132,7 @@ def test_renewal_extends_from_the_send_time_and_failures_keep_the_deadline():
 
 
 def test_loss_revokes_and_restart_takes_a_new_lease():
-    clock = ManualClock()
-    k, src, log = keeper(clock, on_lost="restart")
-    target = Serving()
-    k.start(target)
+    _, k, src, log, target, _ = started(on_lost="restart")
     src.fail = LeaseLostError
     assert not k.renew_once()
     assert target.revoked and "says no" in target.revoked[0]
@@ -143,10 +147,7 @@ def test_loss_revokes_and_restart_takes_a_new_lease():
 
 
 def test_pushed_loss_revokes_at_once():
-    clock = ManualClock()
-    k, src, _ = keeper(clock)
-    target = Serving()
-    k.start(target)
+    _, k, src, _, target, _ = started()
     assert callable(src.pushed)          # the optional push channel was found by its type
     src.pushed("lost", "session ended")
     assert target.revoked == ["session ended"] and k.lost == "session ended"
@@ -155,10 +156,7 @@ def test_pushed_loss_revokes_at_once():
 
 
 def test_a_stale_renewal_never_revokes_a_newer_lease():
-    clock = ManualClock()
-    k, src, _ = keeper(clock)
-    target = Serving()
-    old = k.start(target)
+    _, k, src, _, target, old = started()
     src.gate = gate = threading.Event()
     result: list[bool] = []
     t = threading.Thread(target=lambda: result.append(k.renew_once()))

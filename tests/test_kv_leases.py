@@ -188,16 +188,17 @@ class TestRenew:
         with pytest.raises(LeaseLostError):
             a.renew(lease, 0)
 
-    def test_claim_gone_is_lost_not_retryable(self, clock, server):
+    @pytest.mark.parametrize(("change", "message"), [
+        pytest.param(lambda nodes: nodes.pop("/flakekit/t/claims/0"), "gone",
+                     id="claim_gone_is_lost_not_retryable"),
+        pytest.param(lambda nodes: setattr(nodes["/flakekit/t/claims/0"], "owner", 0x999),
+                     "another session", id="claim_of_another_session_is_lost"),
+    ])
+    def test_a_changed_claim(self, clock, server, change, message):
+        """The claim deleted, or now another session's: the renewal finds the lease lost."""
         a, lease = holder(server, clock)
-        del server.nodes["/flakekit/t/claims/0"]
-        with pytest.raises(LeaseLostError, match="gone"):
-            a.renew(lease, 0)
-
-    def test_claim_of_another_session_is_lost(self, clock, server):
-        a, lease = holder(server, clock)
-        server.nodes["/flakekit/t/claims/0"].owner = 0x999
-        with pytest.raises(LeaseLostError, match="another session"):
+        change(server.nodes)
+        with pytest.raises(LeaseLostError, match=message):
             a.renew(lease, 0)
 
     def test_a_heartbeat_that_landed_late_is_still_ours(self, clock, server):

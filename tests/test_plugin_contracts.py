@@ -7,6 +7,7 @@ The plugins here are throw-away distributions: a module and a ``*.dist-info`` di
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -19,17 +20,8 @@ from flakekit.errors import ContractError
 from flakekit.pluginhost.contracts import WorkerAllocator, check_contract, members
 from flakekit.pluginhost.registry import Registration
 
-NO_RENEW = '''
-import attrs
-from flakekit import hookimpl
 
-
-@attrs.frozen
-class Settings:
-    worker_id: int = 1
-
-
-class HalfAllocator:
+class NoRenew:
     """acquire/release/records/close, but no renew()."""
 
     renew_interval = 1.0
@@ -40,9 +32,22 @@ class HalfAllocator:
     def close(self): ...
 
 
+#: a plugin whose allocator is :class:`NoRenew` (its source, copied into the plugin module)
+NO_RENEW = f'''
+import attrs
+from flakekit import hookimpl
+
+
+@attrs.frozen
+class Settings:
+    worker_id: int = 1
+
+
+{inspect.getsource(NoRenew)}
+
 @hookimpl
 def flakekit_register_allocators(register):
-    register("half", lambda settings, ctx: HalfAllocator(), settings=Settings)
+    register("half", lambda settings, ctx: NoRenew(), settings=Settings)
 '''
 
 RAISES_ON_IMPORT = '''
@@ -78,14 +83,6 @@ class TestContracts:
 
     def test_missing_member_is_named(self):
         """check_contract names the registration's origin and each missing member."""
-        class NoRenew:
-            renew_interval = None
-
-            def acquire(self, request): ...
-            def release(self, lease, issued_until_ns): ...
-            def records(self): return []
-            def close(self): ...
-
         reg = Registration("allocator", "half", lambda: None, plugin="p",
                            origin="plugin 'p' (distribution d 0.1, module m)")
         with pytest.raises(ContractError) as info:

@@ -13,7 +13,7 @@ import pytest
 
 from flakekit.__about__ import __version__
 from flakekit.cli.plugin_new import core_range, write_skeleton
-from flakekit.testing.cli import run_cli
+from flakekit.testing.cli import run_cli, run_error_line
 from flakekit.testing.venvs import venv_with
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,16 +97,14 @@ def test_generated_code_passes_ruff_with_the_repo_config(skeleton):
 @pytest.mark.parametrize("name",
                          ["Acme", "acme_ids", "acme.ids", "acme-", "acme--ids", "1acme", ""])
 def test_bad_name_is_one_line_and_exit_2(name, tmp_path, capsys):
-    status, out, err = run_cli(capsys, "plugin", "new", name, "--dir", str(tmp_path))
-    assert (status, out) == (2, "")
-    assert err.count("\n") == 1 and err.startswith("error: NAME: ")
+    err = run_error_line(capsys, "plugin", "new", name, "--dir", str(tmp_path))
+    assert err.startswith("error: NAME: ")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_refuses_to_overwrite(tmp_path, capsys):
     (tmp_path / "flakekit-acme").mkdir()
     (tmp_path / "flakekit-acme" / "mine.txt").write_text("keep")
-    status, out, err = run_cli(capsys, "plugin", "new", "acme", "--dir", str(tmp_path))
-    assert (status, out) == (2, "")
-    assert err.count("\n") == 1 and err.startswith("error: --dir: ") and "already exists" in err
+    err = run_error_line(capsys, "plugin", "new", "acme", "--dir", str(tmp_path))
+    assert err.startswith("error: --dir: ") and "already exists" in err
     assert [p.name for p in (tmp_path / "flakekit-acme").iterdir()] == ["mine.txt"]

@@ -302,29 +302,32 @@ class TestEnvironmentSwitches:
 
 
 class TestEventHooks:
-    def _generator(self, host, allocator=None, clock=None):
+    @pytest.fixture
+    def recorder(self, host) -> Recorder:
+        """A :class:`Recorder` plugin on ``host``."""
+        recorder = Recorder()
+        host.register(recorder, name="undo-recorder")
+        return recorder
+
+    def _started(self, host, allocator=None, clock=None):
+        """Generator ``orders`` (static worker 5 unless ``allocator``) reporting to
+        ``host``'s plugins, started; and its clock."""
         clock = clock or ManualClock()
         allocator = allocator or StaticAllocator(StaticSettings(worker_id=5))
         gen = SnowflakeGenerator(SNOWFLAKE, clock, allocator, name="orders", events=host.events())
-        return gen, clock
+        return gen.start(), clock
 
-    def test_lease_acquired_and_renewed(self, host):
+    def test_lease_acquired_and_renewed(self, host, recorder):
         """Starting a generator and renewing its lease reach a plugin."""
-        recorder = Recorder()
-        host.register(recorder, name="undo-recorder")
-        gen, _ = self._generator(host)
-        gen.start()
+        gen, _ = self._started(host)
         assert recorder.calls == [("acquired", {"generator": "orders", "worker": 5})]
         assert gen.keeper.renew_once() is True
         assert recorder.calls[-1] == ("renewed", {"generator": "orders", "worker": 5})
         gen.close()
 
-    def test_lease_lost(self, host):
+    def test_lease_lost(self, host, recorder):
         """A renewal that finds the id taken fires flakekit_lease_lost; IDs stop."""
-        recorder = Recorder()
-        host.register(recorder, name="undo-recorder")
-        gen, _ = self._generator(host, allocator=LosingAllocator(StaticSettings(worker_id=5)))
-        gen.start()
+        gen, _ = self._started(host, allocator=LosingAllocator(StaticSettings(worker_id=5)))
         gen.next_id()
         assert gen.keeper.renew_once() is False
         assert recorder.names() == ["acquired", "lost"]
@@ -332,12 +335,9 @@ class TestEventHooks:
         with pytest.raises(LeaseLostError):
             gen.next_id()
 
-    def test_clock_moved_backwards_waited_then_refused(self, host):
+    def test_clock_moved_backwards_waited_then_refused(self, host, recorder):
         """A small step back is waited out (waited=True); a big one raises (waited=False)."""
-        recorder = Recorder()
-        host.register(recorder, name="undo-recorder")
-        gen, clock = self._generator(host)
-        gen.start()
+        gen, clock = self._started(host)
         before = gen.next_id()
         clock.step(ns=-2_000_000)                      # 2 ms back: within max_backward 5 ms
         after = gen.next_id()
@@ -352,10 +352,8 @@ class TestEventHooks:
         assert details["behind_ns"] >= 1_000_000_000
         gen.close()
 
-    def test_alert(self, host):
+    def test_alert(self, host, recorder):
         """Events.alert() reaches flakekit_alert with its details."""
-        recorder = Recorder()
-        host.register(recorder, name="undo-recorder")
         host.events().alert("worker-reclaim", "reclaimed worker 3 after 1h", {"worker_id": 3})
         assert recorder.calls == [("alert", {"kind": "worker-reclaim",
                                              "message": "reclaimed worker 3 after 1h",
@@ -369,8 +367,7 @@ class TestEventHooks:
                 raise RuntimeError("plugin bug")
 
         host.register(Broken(), name="undo-broken")
-        gen, _ = self._generator(host)
-        gen.start()
+        gen, _ = self._started(host)
         assert gen.next_id() > 0
         assert "flakekit_lease_acquired failed" in caplog.text
         gen.close()

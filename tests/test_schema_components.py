@@ -33,6 +33,7 @@ from flakekit.sql.leaf import LEAF_MYSQL_DDL, leaf_alloc_table
 from flakekit.sql.schema import Component, Migration
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing.cli import run_cli as run
+from flakekit.testing.cli import run_ok
 from flakekit.values.clock import SystemClock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,6 +110,19 @@ def config(tmp_path: Path, url: str, workers: bool = True, segments: bool = True
     return str(path)
 
 
+def db(capsys, command: str, cfg: str) -> str:
+    """``flakekit db COMMAND -c CFG``, which must succeed; what it printed."""
+    return run_ok(capsys, "db", command, "-c", cfg)
+
+
+def config_after(capsys, tmp_path: Path, url: str, command: str) -> str:
+    """:func:`config` on ``url`` (both components), once ``flakekit db COMMAND`` on it
+    succeeded."""
+    cfg = config(tmp_path, url)
+    db(capsys, command, cfg)
+    return cfg
+
+
 def allocator(url: str, create_schema: bool = False):
     engine = create_engine(url)
     return engine, SqlWorkerAllocator(engine=engine, service="orders", clock=SystemClock(),
@@ -121,14 +135,12 @@ class TestWorkers:
         """`db init` on an empty database creates system_nodes at version 2 (with its
         index) and Leaf's leaf_alloc; `db upgrade` right after has nothing to do."""
         cfg = config(tmp_path, db_url)
-        code, out, err = run(capsys, "db", "init", "-c", cfg)
-        assert code == 0, err
+        out = db(capsys, "init", cfg)
         assert "workers schema ready (version 2; created system_nodes)" in out
         assert "segments schema ready (version 1; created leaf_alloc)" in out
         assert versions(db_url) == {"workers": schema.WORKERS_SCHEMA_VERSION} == {"workers": 2}
         assert "system_nodes_service_seen" in index_names(db_url)
-        code, out, err = run(capsys, "db", "upgrade", "-c", cfg)
-        assert code == 0, err
+        out = db(capsys, "upgrade", cfg)
         assert "workers schema up to date (version 2; system_nodes)" in out
         assert "segments schema up to date (version 1; leaf_alloc)" in out
 
@@ -147,15 +159,13 @@ class TestWorkers:
             assert "run `flakekit db upgrade -c CONFIG`" in str(info.value)
 
             cfg = config(tmp_path, db_url, segments=False)
-            code, out, err = run(capsys, "db", "init", "-c", cfg)
-            assert code == 0, err
+            out = db(capsys, "init", cfg)
             assert (f"workers schema is version 1, this flakekit uses 2: run `flakekit db "
                     f"upgrade -c {cfg}`") in out
             assert versions(db_url)["workers"] == 1
             assert "system_nodes_service_seen" not in index_names(db_url)
 
-            code, out, err = run(capsys, "db", "upgrade", "-c", cfg)
-            assert code == 0, err
+            out = db(capsys, "upgrade", cfg)
             assert ("workers schema upgraded from version 1 to 2: index "
                     "system_nodes_service_seen (service, last_seen)") in out
             assert versions(db_url) == {"workers": 2, "workers:orders": 0}
@@ -173,13 +183,11 @@ class TestWorkers:
         """The second `db upgrade` prints "up to date" and leaves versions, indexes and
         rows exactly as the first left them."""
         make_v1(db_url)
-        cfg = config(tmp_path, db_url)
-        assert run(capsys, "db", "upgrade", "-c", cfg)[0] == 0
+        cfg = config_after(capsys, tmp_path, db_url, "upgrade")
         engine = create_engine(db_url)
         try:
             state = (versions(db_url), index_names(db_url), _rows(engine))
-            code, out, err = run(capsys, "db", "upgrade", "-c", cfg)
-            assert code == 0, err
+            out = db(capsys, "upgrade", cfg)
             assert out.count("up to date") == 2 and "upgraded" not in out, out
             assert (versions(db_url), index_names(db_url), _rows(engine)) == state
         finally:
@@ -203,8 +211,7 @@ class TestWorkers:
     def test_newer_database_is_one_clear_line(self, capsys, tmp_path, db_url, component):
         """A version this code does not know: `db init`, `db upgrade` and start-up all fail
         with one line naming the component, the database's version and the code's."""
-        cfg = config(tmp_path, db_url)
-        assert run(capsys, "db", "init", "-c", cfg)[0] == 0
+        cfg = config_after(capsys, tmp_path, db_url, "init")
         engine = create_engine(db_url)
         try:
             with engine.begin() as conn:
@@ -261,8 +268,7 @@ class TestSegments:
             before = snapshot()
             cfg = config(tmp_path, db_url, workers=False)
             for command in ("init", "upgrade", "upgrade"):
-                code, out, err = run(capsys, "db", command, "-c", cfg)
-                assert code == 0, err
+                out = db(capsys, command, cfg)
                 assert "segments schema up to date (version 1; leaf_alloc)" in out, out
             assert snapshot() == before
             assert before[2] == {"leaf_alloc"}

@@ -19,6 +19,7 @@ from flakekit.errors import (
 from flakekit.generators.segment import Segment, SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import Allocation, SqlSegmentStore
 from flakekit.testing import ManualClock, in_threads
+from flakekit.testing.forks import in_forked_child
 from flakekit.testing.waiting import wait_until
 
 LEAF_DDL = """CREATE TABLE `leaf_alloc` (
@@ -488,23 +489,18 @@ class TestSegmentGenerator:
 
     def test_fork_child_cannot_reuse_buffers(self):
         """A forked child gets an error instead of the parent's IDs."""
-        import os
-
         store = MemoryStore(step=100)
         gen = generator(store).start()
         gen.next_id()
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child
+
+        def child() -> bytes:
             try:
                 gen.next_id()
-                os.write(write, b"issued")
+                return b"issued"
             except NotStartedError as exc:
-                os.write(write, b"refused" if "fork" in str(exc) else b"other")
-            finally:
-                os._exit(0)
-        os.waitpid(pid, 0)
-        assert os.read(read, 100) == b"refused"
+                return b"refused" if "fork" in str(exc) else b"other"
+
+        assert in_forked_child(child) == b"refused"
         assert gen.next_id() == 2
         gen.close()
 

@@ -10,12 +10,12 @@ import time
 
 import pytest
 from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 
 from flakekit.errors import SegmentUnavailableError
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import SqlSegmentStore
-from flakekit.testing import proxied
+from flakekit.testing import TcpProxy, proxied, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -111,22 +111,26 @@ def server_url(request) -> str:
     return request.getfixturevalue(request.param)
 
 
+def behind_proxy(url: str, tcp_proxy, step: int) -> tuple[SqlSegmentStore, TcpProxy, Engine]:
+    """Key ``k`` (step ``step``) made by a store on ``url`` directly, a proxy to the
+    database server, and a pre-pinging engine on ``url`` through that proxy."""
+    direct = store_for(url)
+    direct.create("k", step)
+    proxy = tcp_proxy(make_url(url).port)
+    return direct, proxy, create_engine(proxied(url, proxy), pool_pre_ping=True)
+
+
 class TestProxy:
     def test_outage_ride_through_and_recovery(self, server_url, tcp_proxy):
         """Database cut: IDs flow from the buffers, then SegmentUnavailableError after the
         budget, then IDs again once the database is back."""
-        direct = store_for(server_url)
-        direct.create("k", 500)
-        proxy = tcp_proxy(make_url(server_url).port)
-        engine = create_engine(proxied(server_url, proxy), pool_pre_ping=True)
+        direct, proxy, engine = behind_proxy(server_url, tcp_proxy, 500)
         settings = SegmentSettings(wait_budget="300ms", retry_min="20ms", retry_max="100ms",
                                    dynamic_step=False)
         gen = SegmentGenerator(SqlSegmentStore(engine), "k", settings).start()
         ids = [gen.next_id() for _ in range(100)]         # past 10%: next buffer fetched
-        deadline = time.monotonic() + 10
-        while not gen.stats().buffers[1].ready:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        wait_until(lambda: gen.stats().buffers[1].ready, 10, what="the next buffer",
+                   interval=0.01)
         proxy.cut()
         with pytest.raises(SegmentUnavailableError) as info:
             while True:
@@ -150,10 +154,7 @@ class TestProxy:
 
     def test_slow_database_is_hidden_by_prefetch(self, server_url, tcp_proxy):
         """With 50 ms added to every round trip, no next_id() ever waits for the database."""
-        direct = store_for(server_url)
-        direct.create("k", 20_000)
-        proxy = tcp_proxy(make_url(server_url).port)
-        engine = create_engine(proxied(server_url, proxy), pool_pre_ping=True)
+        direct, proxy, engine = behind_proxy(server_url, tcp_proxy, 20_000)
         gen = SegmentGenerator(SqlSegmentStore(engine), "k").start()
         proxy.delay_s = 0.05
         worst = 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -17,6 +16,7 @@ from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.generators.segment_service import SegmentService
 from flakekit.sql.leaf import SqlSegmentStore, leaf_alloc_table
 from flakekit.testing import in_threads
+from flakekit.testing.forks import in_forked_child
 from flakekit.testing.waiting import wait_until
 
 PREFIX = "flakekit-segment-fetch-"
@@ -287,35 +287,29 @@ def test_fork_child_gets_a_fresh_pool(tmp_path):
     parent = SegmentGenerator(store, "k000000", SegmentSettings(prefetch_at=0.0), pool=pool).start()
     wait_until(lambda: parent.stats().buffers[1].ready, 30, what="the parent's prefetch")
     assert pool.threads >= 1
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = b"?"
+
+    def child() -> bytes:
+        store.engine.dispose(close=False)   # the parent's connections stay the parent's
+        if pool.threads != 0 or fetch_threads():
+            return b"inherited threads"
+        own = SegmentGenerator(store, "k000001", SegmentSettings(
+            preload=False, give_back=False), pool=pool).start()
+        first = own.next_id()   # fetched by the child's fresh pool
+        shared = SegmentGenerator(store, "k000001", SegmentSettings(preload=False)).start()
+        second = shared.next_id()   # and by the process pool
+        # (the child's first segment, and the prefetch it started, were not given back)
+        code = b"ok" if first == 1 and second > 10 and pool.threads >= 1 else b"bad"
+        own.close()
+        shared.close()
         try:
-            store.engine.dispose(close=False)   # the parent's connections stay the parent's
-            if pool.threads != 0 or fetch_threads():
-                code = b"inherited threads"
-            else:
-                child = SegmentGenerator(store, "k000001", SegmentSettings(
-                    preload=False, give_back=False), pool=pool).start()
-                first = child.next_id()   # fetched by the child's fresh pool
-                shared = SegmentGenerator(store, "k000001", SegmentSettings(preload=False)).start()
-                second = shared.next_id()   # and by the process pool
-                # (the child's first segment, and the prefetch it started, were not given back)
-                code = b"ok" if first == 1 and second > 10 and pool.threads >= 1 else b"bad"
-                child.close()
-                shared.close()
-                try:
-                    parent.next_id()
-                    code = b"parent served"
-                except Exception as exc:  # noqa: BLE001
-                    if "fork" not in str(exc):
-                        code = b"other"
-        finally:
-            os.write(write, code)
-            os._exit(0)
-    os.waitpid(pid, 0)
-    assert os.read(read, 100) == b"ok"
+            parent.next_id()
+            return b"parent served"
+        except Exception as exc:  # noqa: BLE001
+            if "fork" not in str(exc):
+                return b"other"
+        return code
+
+    assert in_forked_child(child) == b"ok"
     assert parent.next_id() == 1
     parent.close()
     assert pool.close()

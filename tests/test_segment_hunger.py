@@ -20,7 +20,7 @@ from flakekit.assembly.settings import build_settings
 from flakekit.errors import ConfigError
 from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.sql.leaf import Allocation, SqlSegmentStore
-from flakekit.testing import ManualClock, TcpProxy, proxied
+from flakekit.testing import ManualClock, proxied
 from flakekit.testing.waiting import wait_until
 
 MS = 1_000_000
@@ -249,14 +249,14 @@ def test_bad_settings_are_one_line(table, message):
 
 # -- a real database 50 ms away --------------------------------------------------------------
 @pytest.mark.postgresql
-def test_postgresql_behind_a_slow_link_grows_the_distance(pg_url):
+def test_postgresql_behind_a_slow_link_grows_the_distance(pg_url, tcp_proxy):
     """A burst against PostgreSQL behind a proxy adding 50 ms per round trip: segments
     run out far faster than a fetch takes, so the distance grows and one fetch asks for
     several steps (Leaf's step cannot grow here: max_step = step)."""
     setup = SqlSegmentStore(create_engine(pg_url))
     setup.create("k", 100)
     setup.engine.dispose()
-    proxy = TcpProxy(make_url(pg_url).port or 5432).start()
+    proxy = tcp_proxy(make_url(pg_url).port or 5432)
     engine = create_engine(proxied(pg_url, proxy), pool_pre_ping=True)
     store = SqlSegmentStore(engine)
     gen = SegmentGenerator(store, "k", SegmentSettings(max_step=100, wait_budget="10s")).start()
@@ -272,4 +272,3 @@ def test_postgresql_behind_a_slow_link_grows_the_distance(pg_url):
     finally:
         gen.close()
         engine.dispose()
-        proxy.stop()

@@ -17,7 +17,7 @@ from flakekit.errors import ConfigError, SegmentRowError
 from flakekit.generators.segment import SegmentGenerator
 from flakekit.sql.leaf import MAX_ID, SqlSegmentStore
 from flakekit.testing.cli import run_cli as run
-from flakekit.testing.cli import run_ok, write_toml
+from flakekit.testing.cli import run_ok, write_segment_toml
 
 ISSUE_START = 9223372036854774308  # from the report: 1,499 IDs below the column's maximum
 
@@ -98,12 +98,7 @@ class TestNearTheTop:
     def test_cli_next_on_the_reported_key(self, store, db_url, tmp_path, capsys):
         """The report's commands: IDs from consecutive runs never repeat, never pass the
         top, and the run that cannot be served says so in one line (exit 1)."""
-        config = write_toml(tmp_path, f"""
-            [backends.default]
-            url = "{db_url}"
-            [generators.k]
-            strategy = "segment"
-        """)
+        config = write_segment_toml(tmp_path, db_url, "k")
         code, _, err = run(capsys, "segments", "create", "k", "--step", "1000",
                            "--start", str(ISSUE_START), "-c", str(config))
         assert code == 0, err

@@ -10,7 +10,7 @@ from test_segment import MemoryStore, generator
 from flakekit.cli import main
 from flakekit.errors import SegmentUnavailableError
 from flakekit.testing import unreachable_url
-from flakekit.testing.cli import write_toml
+from flakekit.testing.cli import write_segment_toml
 
 STEP_ADVICE = "raise the key's step"
 
@@ -76,12 +76,7 @@ def test_cli_next_against_a_database_that_is_down(kind, tmp_path, capsys):
 
     url = unreachable_url(kind)
     port = make_url(url).port
-    config = write_toml(tmp_path, f"""
-        [backends.default]
-        url = "{url}"
-        [generators.invoices]
-        strategy = "segment"
-    """)
+    config = write_segment_toml(tmp_path, url, "invoices")
     try:
         main(["next", "invoices", "-c", str(config)])
     except SystemExit as exc:

@@ -22,6 +22,7 @@ from flakekit.errors import (
 from flakekit.generators.snowflake import SnowflakeGenerator
 from flakekit.leases.lease import LeaseRequest, WorkerLease
 from flakekit.testing import ManualClock, in_threads
+from flakekit.testing.forks import in_forked_child
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.layout import BitLayout
 
@@ -407,20 +408,15 @@ class TestFork:
         """A forked child raises ForkedProcessError; restart() gives it its own lease."""
         gen = SnowflakeGenerator(SNOWFLAKE, MonotonicClock(), static()).start()
         parent_ids = [gen.next_id() for _ in range(100)]
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child
-            code = 0
+
+        def child() -> bytes:
             try:
                 gen.next_id()
-                code = 3
             except ForkedProcessError:
-                code = 0
-            os.write(write, b"%d" % code)
-            os._exit(0)
-        os.close(write)
-        _, status = os.waitpid(pid, 0)
-        assert os.read(read, 10) == b"0"
+                return b"0"
+            return b"3"
+
+        assert in_forked_child(child) == b"0"
         assert gen.next_id() > parent_ids[-1]
 
     def test_restart_in_a_child_refuses_the_parents_static_id(self, monkeypatch):
@@ -522,17 +518,12 @@ def test_close_in_a_forked_child_keeps_the_parents_lease():
     """close() (e.g. a `with` block or Kit.close) in a forked child must not release the
     parent's worker id: the parent still issues IDs under it."""
     gen, clock, alloc = leased_gen()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            gen.close()
-            os.write(write, b"%d" % len(alloc.released))
-        finally:
-            os._exit(0)
-    os.close(write)
-    os.waitpid(pid, 0)
-    assert os.read(read, 10) == b"0"
+
+    def child() -> bytes:
+        gen.close()
+        return b"%d" % len(alloc.released)
+
+    assert in_forked_child(child) == b"0"
     assert gen.next_id()
     gen.close()
 

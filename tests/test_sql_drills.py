@@ -13,12 +13,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine
 
 from flakekit.sql.schema import init_schema
 from flakekit.testing import proxied
+from flakekit.testing.drills import stop
 
 pytestmark = pytest.mark.slow
 
@@ -58,21 +60,30 @@ def wait_ids(out: Path, n: int, timeout: float = 20) -> None:
         time.sleep(0.05)
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGCONT)
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def prepare(url: str) -> None:
     engine = create_engine(url)
     init_schema(engine, "workers")
     engine.dispose()
+
+
+def acquire_many(url: str, threads: int, start_in: float,
+                 identities: list[list[str]]) -> list[dict[str, Any]]:
+    """One ``drills/acquire_many.py`` process per identity (host, or host and port) with
+    ``threads`` threads, all acquiring at one instant ``start_in`` s from now; their JSON
+    results, once each exited 0."""
+    start_at = f"{time.time() + start_in:.3f}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(DRILLS / "acquire_many.py"), url, str(threads), start_at,
+             *identity], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for identity in identities
+    ]
+    results = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr[-2000:]
+        results.append(json.loads(stdout))
+    return results
 
 
 class TestPausedHolder:
@@ -213,18 +224,8 @@ class TestManyProcesses:
     def test_200_acquirers_in_8_processes(self, db_url, tmp_path):
         """8 processes x 25 threads acquire at one instant: 200 distinct ids."""
         prepare(db_url)
-        start_at = f"{time.time() + 3.0:.3f}"
-        procs = [
-            subprocess.Popen(
-                [sys.executable, str(DRILLS / "acquire_many.py"), db_url, "25", start_at,
-                 f"10.{i}.0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for i in range(8)
-        ]
         got: list[int] = []
-        for proc in procs:
-            stdout, stderr = proc.communicate(timeout=120)
-            assert proc.returncode == 0, stderr[-2000:]
-            result = json.loads(stdout)
+        for result in acquire_many(db_url, 25, 3.0, [[f"10.{i}.0"] for i in range(8)]):
             assert not result["errors"], result["errors"][:3]
             got += result["ids"]
         assert sorted(got) == list(range(200))
@@ -232,18 +233,9 @@ class TestManyProcesses:
     def test_same_identity_in_4_processes(self, db_url):
         """40 acquirers in 4 processes, all claiming one host:port: 40 distinct ids."""
         prepare(db_url)
-        start_at = f"{time.time() + 2.5:.3f}"
-        procs = [
-            subprocess.Popen(
-                [sys.executable, str(DRILLS / "acquire_many.py"), db_url, "10", start_at,
-                 "10.0.0.1", "8080"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for _ in range(4)
-        ]
         got: list[int] = []
-        for proc in procs:
-            stdout, stderr = proc.communicate(timeout=120)
-            assert proc.returncode == 0, stderr[-2000:]
-            got += json.loads(stdout)["ids"]
+        for result in acquire_many(db_url, 10, 2.5, [["10.0.0.1", "8080"]] * 4):
+            got += result["ids"]
         assert sorted(got) == list(range(40))
 
 

@@ -23,6 +23,7 @@ from flakekit.sql.schema import check_schema, init_schema, system_nodes
 from flakekit.sql.workers import SqlWorkerAllocator, list_records, release_worker
 from flakekit.testing import EventRecorder, ManualClock, in_threads
 from flakekit.testing import age_rows as shared_age_rows
+from flakekit.testing.engines import threaded_engine
 from flakekit.testing.requests import lease_request
 from flakekit.values.events import Events
 
@@ -58,12 +59,7 @@ def engines() -> Iterator[Any]:
 
     def get(url: str) -> Engine:
         if url not in made:
-            options: dict[str, Any] = {}
-            if url.startswith("sqlite"):
-                options["connect_args"] = {"timeout": 60, "check_same_thread": False}
-            else:
-                options.update(pool_size=5, max_overflow=30, pool_timeout=120)
-            made[url] = create_engine(url, **options)
+            made[url] = threaded_engine(url, pool_size=5, max_overflow=30, pool_timeout=120)
         return made[url]
 
     yield get

@@ -10,7 +10,6 @@ asserts a speed: a call must *finish* (the join timeouts are far above any defau
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,36 +23,15 @@ from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.schema import init_schema
 from flakekit.sql.workers import SqlWorkerAllocator
 from flakekit.testing import proxied
+from flakekit.testing.pytest_plugin import cleaned_up
+from flakekit.testing.threads import Call
 from flakekit.values.clock import MonotonicClock
 
 pytestmark = pytest.mark.slow
 
 NS = 1_000_000_000
-#: far beyond the defaults' worst case (idle_in_transaction_timeout 10 s, then one retry)
-FINISH_S = 120
-
-
-class Call:
-    """``fn()`` in a daemon thread: ``join()`` says whether it finished."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable[[], Any]) -> None:
-        try:
-            self.result = fn()
-        except BaseException as exc:  # noqa: BLE001 - inspected by the test
-            self.error = exc
-
-    def join(self, timeout: float = FINISH_S) -> Any:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), f"still waiting after {timeout} s"
-        if self.error is not None:
-            raise self.error
-        return self.result
+# Call(...).join() waits 120 s: far beyond the defaults' worst case
+# (idle_in_transaction_timeout 10 s, then one retry)
 
 
 @pytest.fixture(params=[pytest.param("postgresql", marks=pytest.mark.postgresql),
@@ -68,15 +46,19 @@ def server(request) -> Iterator[tuple[str, int]]:
 
 @pytest.fixture
 def pools() -> Iterator[Callable[..., BackendPool]]:
-    made: list[BackendPool] = []
-
     def make(url: str, **limits: int) -> BackendPool:
-        made.append(BackendPool({"b": BackendSettings(url, **limits)}))  # default: defaults
-        return made[-1]
+        return BackendPool({"b": BackendSettings(url, **limits)})  # default: defaults
 
-    yield make
-    for pool in made:
-        pool.dispose()
+    with cleaned_up(make, BackendPool.dispose) as made:
+        yield made
+
+
+@pytest.fixture
+def split(server, tcp_proxy, pools) -> tuple[Any, BackendPool, BackendPool]:
+    """(a proxy to ``server``, a pool ``direct`` to it, a pool ``through`` the proxy)."""
+    url, port = server
+    proxy = tcp_proxy(port)
+    return proxy, pools(url), pools(proxied(url, proxy))
 
 
 def allocator(pool: BackendPool, service: str, host: str) -> SqlWorkerAllocator:
@@ -97,13 +79,11 @@ def stuck_at_commit(proxy: Any, fn: Callable[[], Any]) -> Call:
 
 
 class TestStuckAcquirer:
-    def test_other_services_and_nodes_get_ids(self, server, tcp_proxy, pools):
+    def test_other_services_and_nodes_get_ids(self, split):
         """A peer partitioned inside its acquire transaction: another service's acquire
         finishes (it does not share the peer's lock), and so does one of the peer's own
         service (the server ends the stuck session); each gets an id nobody holds."""
-        url, port = server
-        proxy = tcp_proxy(port)
-        direct, through = pools(url), pools(proxied(url, proxy))
+        proxy, direct, through = split
         init_schema(direct.engine("b"), "workers")
         holder = acquire(allocator(direct, "orders", "10.0.0.1"))  # a live node: id 0
         other = allocator(through, "orders", "10.0.0.2")
@@ -125,13 +105,11 @@ class TestStuckAcquirer:
         with pytest.raises(BackendError):
             peer.join()
 
-    def test_commit_delivered_but_unanswered(self, server, tcp_proxy, pools):
+    def test_commit_delivered_but_unanswered(self, split):
         """The peer's COMMIT reaches the server but the answer never comes back: the peer
         gets no lease (its acquire fails), and the row it committed is not handed to a
         restart on the same host:port while it might be live."""
-        url, port = server
-        proxy = tcp_proxy(port)
-        direct, through = pools(url), pools(proxied(url, proxy))
+        proxy, direct, through = split
         init_schema(direct.engine("b"), "workers")
         warm = allocator(through, "orders", "10.0.0.9")
         warm.release(acquire(warm), 0)
@@ -183,13 +161,11 @@ class TestStuckAcquirer:
 
 
 class TestStuckSegmentFetch:
-    def test_second_node_fetches_the_same_key(self, server, tcp_proxy, pools):
+    def test_second_node_fetches_the_same_key(self, split):
         """A node partitioned between its segment UPDATE and COMMIT: a second node's fetch
         of the same key finishes (the server rolls the stuck one back) and hands out the
         range the stuck node never got; the stuck node's fetch fails."""
-        url, port = server
-        proxy = tcp_proxy(port)
-        direct, through = pools(url), pools(proxied(url, proxy))
+        proxy, direct, through = split
         second, first = SqlSegmentStore(direct.engine("b")), SqlSegmentStore(through.engine("b"))
         second.create("invoice", step=100, start=1)
         warm = first.fetch("invoice")  # the first node's connection is open and warm

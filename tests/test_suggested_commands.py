@@ -16,7 +16,7 @@ import pytest
 
 from flakekit.testing import unreachable_url
 from flakekit.testing.cli import run_cli as run
-from flakekit.testing.cli import run_ok, write_toml
+from flakekit.testing.cli import run_ok, run_refused, write_segment_toml, write_toml
 
 
 def _on_layout(tmp_path: Path, name: str, fields: str, epoch: str) -> Path:
@@ -33,17 +33,22 @@ def _on_layout(tmp_path: Path, name: str, fields: str, epoch: str) -> Path:
     """)
 
 
+def _on_sql(tmp_path: Path, url: str, settings: str) -> Path:
+    """A config whose one generator, g, takes its worker id from the ``sql`` allocator
+    on backend ``default`` at ``url``, with ``settings`` (inline-table TOML) added."""
+    return write_toml(tmp_path, f"""
+        [backends.default]
+        url = "{url}"
+
+        [generators.g]
+        allocator = {{ type = "sql", {settings} }}
+    """)
+
+
 def _initialised_segment(capsys, tmp_path: Path, name: str, setting: str) -> Path:
     """A config whose one generator is segment ``name`` (one more TOML line: ``setting``) on
     ./ids.db, after `flakekit db init` on it succeeded."""
-    cfg = write_toml(tmp_path, f"""
-        [backends.default]
-        url = "sqlite:///ids.db"
-
-        [generators.{name}]
-        strategy = "segment"
-        {setting}
-    """)
+    cfg = write_segment_toml(tmp_path, "sqlite:///ids.db", name, setting)
     run_ok(capsys, "db", "init", "-c", str(cfg))
     return cfg
 
@@ -76,9 +81,9 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
         """A layout whose time bits ran out long ago is refused by config check too."""
         cfg = _on_layout(tmp_path, "short", '[["time", 20], ["worker", 31], ["sequence", 12]]',
                          "2000-01-01T00:00:00Z")
-        code, _, err = run(capsys, "config", "check", str(cfg))
-        assert code == 2 and err.startswith("error: generators.g.layout: layout 'short': the time "
-                                            "field is full since 2000-01-01")
+        err = run_refused(capsys, "config", "check", str(cfg))
+        assert err.startswith("error: generators.g.layout: layout 'short': the time field is "
+                              "full since 2000-01-01")
 
     @pytest.mark.parametrize(("key", "value"), [
         ("reclaim_after", '["100000000000d"]'),
@@ -89,30 +94,16 @@ class TestConfigCheckRefusesWhatBuildingRefuses:
     def test_durations_no_database_can_hold(self, capsys, tmp_path, key, value):
         """Durations past 100 years fail config check with one line naming the field
         (they used to pass and then crash at start-up with an OverflowError)."""
-        cfg = write_toml(tmp_path, f"""
-            [backends.default]
-            url = "sqlite:///ids.db"
-
-            [generators.g]
-            allocator = {{ type = "sql", {key} = {value} }}
-        """)
-        code, _, err = run(capsys, "config", "check", str(cfg))
-        assert code == 2, err
+        cfg = _on_sql(tmp_path, "sqlite:///ids.db", f"{key} = {value}")
+        err = run_refused(capsys, "config", "check", str(cfg))
         assert err.count("\n") == 1
         assert err.startswith(f"error: generators.g.allocator.{key}: a duration must be at most "
                               "36500d")
-        code, _, err = run(capsys, "next", "-c", str(cfg))
-        assert code == 2 and "OverflowError" not in err
+        assert "OverflowError" not in run_refused(capsys, "next", "-c", str(cfg))
 
     def test_longest_duration_works_on_every_backend(self, capsys, tmp_path, db_url):
         """The longest accepted reclaim age leases, renews and issues on every database."""
-        cfg = write_toml(tmp_path, f"""
-            [backends.default]
-            url = "{db_url}"
-
-            [generators.g]
-            allocator = {{ type = "sql", reclaim_after = ["36500d"], create_schema = true }}
-        """)
+        cfg = _on_sql(tmp_path, db_url, 'reclaim_after = ["36500d"], create_schema = true')
         run_ok(capsys, "config", "check", str(cfg))
         out = run_ok(capsys, "next", "-n", "3", "-c", str(cfg))
         assert len(set(out.split())) == 3

@@ -9,7 +9,8 @@ from typing import Any
 
 from flakekit.cli import main
 
-__all__ = ["run_cli", "run_ok", "write_toml"]
+__all__ = ["run_cli", "run_error_line", "run_ok", "run_refused", "write_segment_toml",
+           "write_toml"]
 
 
 def run_cli(capsys: Any, *args: str, stdin: str | None = None,
@@ -42,9 +43,38 @@ def write_toml(directory: Path, text: str, name: str = "flakekit.toml") -> Path:
     return path
 
 
+def write_segment_toml(directory: Path, url: str, generator: str, settings: str = "") -> Path:
+    """:func:`write_toml` of the smallest segment config: backend ``default`` on ``url``
+    and segment generator ``generator`` (its store: that backend's ``leaf_alloc``), with
+    ``settings`` (TOML lines of that generator's table) added."""
+    return write_toml(directory, textwrap.dedent(f"""
+        [backends.default]
+        url = "{url}"
+        [generators.{generator}]
+        strategy = "segment"
+    """) + textwrap.dedent(settings) + "\n")
+
+
 def run_ok(capsys: Any, *args: str, **kw: Any) -> str:
     """:func:`run_cli` for a command that must succeed: asserts exit status 0 (the message
     shows stderr) and returns stdout."""
     code, out, err = run_cli(capsys, *args, **kw)
     assert code == 0, f"flakekit {' '.join(args)}: exit {code}\n{err}"
     return out
+
+
+def run_refused(capsys: Any, *args: str, code: int = 2, **kw: Any) -> str:
+    """:func:`run_cli` for a command that must fail with exit status ``code`` (default 2:
+    a usage or config error); returns stderr, for the checks of what the user is told."""
+    status, out, err = run_cli(capsys, *args, **kw)
+    assert status == code, f"flakekit {' '.join(args)}: exit {status}, not {code}\n{out}{err}"
+    return err
+
+
+def run_error_line(capsys: Any, *args: str, code: int = 2, **kw: Any) -> str:
+    """:func:`run_refused` that also holds the command to what a refusal owes its user:
+    nothing on stdout, one line on stderr (returned, with its newline)."""
+    status, out, err = run_cli(capsys, *args, **kw)
+    assert (status, out) == (code, ""), f"flakekit {' '.join(args)}: exit {status}\n{out}{err}"
+    assert err.count("\n") == 1, err
+    return err

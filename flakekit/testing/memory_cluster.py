@@ -22,7 +22,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -38,8 +38,13 @@ from flakekit.errors import BackendError, FenceError, LeaseLostError, UnknownKey
 from flakekit.values.allocation import Allocation
 from flakekit.values.cluster import Member, MemberInfo, View
 
+if TYPE_CHECKING:
+    from flakekit.cluster.node import ClusterNode
+    from flakekit.cluster.settings import ClusterSettings
+    from flakekit.generators.segment import SegmentSettings
+
 __all__ = ["MemoryAllocation", "MemoryClusterStore", "MemoryFence", "MemoryMembership",
-           "SegmentEvent"]
+           "SegmentEvent", "keyed_store", "manual_node"]
 
 
 #: one fetch: the :class:`~flakekit.values.allocation.Allocation` every store returns
@@ -384,3 +389,26 @@ class MemoryFence(_Client):
 
     def key_owner(self, key: str) -> KeyOwnerRecord | None:
         return next((r for r in self.key_owners() if r.key == key), None)
+
+
+def keyed_store(keys: Sequence[str], step: int, **flags: Any) -> MemoryClusterStore:
+    """A store on a fresh manual clock (``store.clock``) with a segment row of ``step``
+    per key of ``keys``; ``flags`` are :class:`MemoryClusterStore`'s switches."""
+    from flakekit.testing.clock import ManualClock
+
+    store = MemoryClusterStore(ManualClock(), **flags)
+    for key in keys:
+        store.add_key(key, step=step)
+    return store
+
+
+def manual_node(store: MemoryClusterStore, settings: ClusterSettings, keys: Sequence[str],
+                segments: SegmentSettings) -> ClusterNode:
+    """A not yet started node of process ``settings.node`` on ``store`` and its clock,
+    driven by hand (``threads=False``: a test calls ``upkeep()``), strict on ``keys``."""
+    from flakekit.cluster.node import ClusterNode
+
+    node = ClusterNode(settings, store.membership(settings.node), store.clock, threads=False)
+    for key in keys:
+        node.add_strict(key, store.fence(settings.node), segments)
+    return node

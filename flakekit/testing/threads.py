@@ -1,12 +1,13 @@
-"""Run one function in many threads at once, and check that what they got is unique."""
+"""Run one function in many threads at once, and check that what they got is unique; run
+one call in a thread of its own (:class:`Call`), to see whether it hangs."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["assert_disjoint", "assert_unique", "in_threads"]
+__all__ = ["Call", "assert_disjoint", "assert_unique", "in_threads"]
 
 T = TypeVar("T")
 
@@ -58,3 +59,35 @@ def assert_disjoint(ranges: Iterable[range]) -> None:
     for before, after in zip(ordered, ordered[1:]):
         if after.start < before.stop:
             raise AssertionError(f"ranges overlap: {before} and {after}")
+
+
+class Call:
+    """``fn()`` in a daemon thread, started at once: ``join()`` says whether it finished
+    (``thread`` is there to look while it runs)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.result = fn()
+        except BaseException as exc:  # noqa: BLE001 - inspected by the test
+            self.error = exc
+
+    def error_after(self, timeout: float = 120.0, what: str | None = None) -> BaseException | None:
+        """Wait up to ``timeout`` s, failing with ``what`` (default: how long it waited)
+        unless the call finished; the error it raised, or None."""
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), what or f"still waiting after {timeout} s"
+        return self.error
+
+    def join(self, timeout: float = 120.0) -> Any:
+        """Wait up to ``timeout`` s (failing unless the call finished); what it returned,
+        or its error raised here."""
+        error = self.error_after(timeout)
+        if error is not None:
+            raise error
+        return self.result

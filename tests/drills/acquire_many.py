@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 
 from sqlalchemy import create_engine
 
 from flakekit.leases.lease import LeaseRequest
 from flakekit.sql.workers import SqlWorkerAllocator
+from flakekit.testing.threads import in_threads
 from flakekit.values.clock import MonotonicClock
 
 
@@ -39,11 +39,7 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - reported to the test
             errors.append(f"{type(exc).__name__}: {exc}")
 
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
+    in_threads(run, threads)
     print(json.dumps({"ids": got, "errors": errors}))
 
 
