@@ -9,15 +9,17 @@ from test_segment import MemoryStore, generator
 
 from flakekit.cli import main
 from flakekit.errors import SegmentUnavailableError
-from flakekit.testing import unreachable_url
+from flakekit.testing import unreachable_url, wait_until
 from flakekit.testing.cli import write_segment_toml
 
 STEP_ADVICE = "raise the key's step"
 
 
-def unavailable(gen) -> str:
+def unavailable(gen, *, after_a_failed_fetch: bool = False) -> str:
     for _ in range(10):  # the buffer in memory
         gen.next_id()
+    if after_a_failed_fetch:   # the background fetch failed (not only: not back yet)
+        wait_until(lambda: gen.stats().fetch_failures > 0, 60)
     with pytest.raises(SegmentUnavailableError) as caught:
         gen.next_id()
     message = str(caught.value)
@@ -30,7 +32,7 @@ def test_failing_database_is_the_cause_not_the_step():
     gen = generator(store, wait_budget="100ms", retry_min="5ms", retry_max="10ms").start()
     store.fail = True
     try:
-        message = unavailable(gen)
+        message = unavailable(gen, after_a_failed_fetch=True)
     finally:
         gen.close()
     assert "the last fetch failed: database down" in message
