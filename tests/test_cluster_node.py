@@ -481,7 +481,9 @@ def test_concurrent_callers_across_handoffs_keep_i1_and_i2():
         node = ClusterNode(ClusterSettings("c", name, f"http://{name}", lease=1.0,
                                            handoff_wait=2.0, debounce=0.05),
                            store.membership(name), clock)
-        node.add_strict("hot", store.fence(name), SegmentSettings(wait_budget="500ms"))
+        # a caller waits for a segment as long as a starved fetch thread may need (no
+        # speed assumed: the property is I1/I2, not how soon a refill comes)
+        node.add_strict("hot", store.fence(name), SegmentSettings(wait_budget="30s"))
         nodes[name] = node.start()
     try:
         wait_until(lambda: min(n.status()["epoch"] for n in nodes.values()) >= 2, 10)
