@@ -28,8 +28,7 @@ from attrs.validators import instance_of, optional
 
 from flakekit.errors import BackendError, ConfigError, LeaseLostError
 from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
-from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import AllocatorFactory, Register
+from flakekit.pluginhost.markers import registers
 from flakekit.values.timeunits import Duration, duration_field
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
@@ -256,10 +255,8 @@ def build_http_allocator(settings: HttpAllocatorSettings | None, ctx: BuildConte
     return HttpAllocator(settings, ctx.clock, ctx.generator, ctx.path)
 
 
-@hookimpl
-def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
-    register(
-        "http", build_http_allocator, settings=HttpAllocatorSettings,
-        description="a worker id leased from a `flakekit serve` (no database credentials)",
-    )
+flakekit_register_allocators = registers(
+    "http", build_http_allocator, settings=HttpAllocatorSettings,
+    description="a worker id leased from a `flakekit serve` (no database credentials)",
+)
 

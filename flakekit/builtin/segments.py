@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from flakekit.errors import ConfigError, UnknownNameError
-from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import Register, SegmentStoreFactory
+from flakekit.pluginhost.markers import hookimpl, registers
 from flakekit.sql.settings import SqlStoreSettings  # not sql.leaf: --help needs no SQLAlchemy
 from flakekit.values.keys import key_problem
 
@@ -31,19 +30,17 @@ class SqlStoreOptions(SqlStoreSettings):
     keys: str = attrs.field(default="one", validator=attrs.validators.in_(("one", "all")))
 
 
-@hookimpl
-def flakekit_register_segment_stores(register: Register[SegmentStoreFactory]) -> None:
-    register(
-        "sql", _build_sql_store, settings=SqlStoreOptions,
-        description="Leaf's leaf_alloc table (PostgreSQL, MariaDB/MySQL, SQLite)",
-    )
-
-
 def _build_sql_store(settings: SqlStoreSettings, context: Any) -> SqlSegmentStore:
     """Factory registered as ``sql``; imports SQLAlchemy only when a config uses it."""
     from flakekit.sql.leaf import SqlSegmentStore
 
     return SqlSegmentStore.from_settings(settings, context)
+
+
+flakekit_register_segment_stores = registers(
+    "sql", _build_sql_store, settings=SqlStoreOptions,
+    description="Leaf's leaf_alloc table (PostgreSQL, MariaDB/MySQL, SQLite)",
+)
 
 
 @attrs.frozen

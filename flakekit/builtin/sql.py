@@ -16,8 +16,7 @@ import click
 from attrs.validators import instance_of, optional
 
 from flakekit.errors import BackendError, ConfigError, FieldError, FlakekitError
-from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import AllocatorFactory, Register
+from flakekit.pluginhost.markers import hookimpl, registers
 from flakekit.values.timeunits import Duration, duration_field, format_unit, to_duration
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
@@ -137,12 +136,10 @@ def build_sql_allocator(settings: SqlAllocatorSettings | None, ctx: BuildContext
                           str(exc)) from None
 
 
-@hookimpl
-def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
-    register(
-        "sql", build_sql_allocator, settings=SqlAllocatorSettings,
-        description="leased worker ids in a database table (PostgreSQL, MariaDB, SQLite)",
-    )
+flakekit_register_allocators = registers(
+    "sql", build_sql_allocator, settings=SqlAllocatorSettings,
+    description="leased worker ids in a database table (PostgreSQL, MariaDB, SQLite)",
+)
 
 
 # -- commands ------------------------------------------------------------------------------

@@ -19,8 +19,7 @@ import attrs
 
 from flakekit.errors import ConfigError
 from flakekit.leases.lease import LeaseRequest, WorkerLease, WorkerRecord
-from flakekit.pluginhost.markers import hookimpl
-from flakekit.pluginhost.registry import AllocatorFactory, Register
+from flakekit.pluginhost.markers import registers
 
 if TYPE_CHECKING:  # annotations only: the plugin host loads this module for --help
     from flakekit.assembly.context import BuildContext
@@ -216,9 +215,7 @@ def build_static(settings: StaticSettings | None, ctx: BuildContext) -> StaticAl
     return StaticAllocator(settings, path=ctx.path)
 
 
-@hookimpl
-def flakekit_register_allocators(register: Register[AllocatorFactory]) -> None:
-    register(
-        "static", build_static, settings=StaticSettings,
-        description="a fixed worker id from config, an environment variable or the host name",
-    )
+flakekit_register_allocators = registers(
+    "static", build_static, settings=StaticSettings,
+    description="a fixed worker id from config, an environment variable or the host name",
+)
