@@ -48,7 +48,7 @@ from flakekit.generators.segment_settings import SegmentSettings
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.events import NO_EVENTS, Events
-from flakekit.values.lifecycle import StartsInWith
+from flakekit.values.lifecycle import ClosesOnce, StartsInWith
 from flakekit.values.periods import (
     Period,
     PeriodFormat,
@@ -103,7 +103,7 @@ def _never() -> int:
 _NONE = _Live(None, None, 0, _NEVER_NS)
 
 
-class PeriodicSegment(StartsInWith):
+class PeriodicSegment(StartsInWith, ClosesOnce):
     """IDs of ``key`` that start again every period (``settings.reset``). Thread-safe.
 
     ``next_id()`` gives the period's digits followed by the zero-padded number
@@ -181,9 +181,8 @@ class PeriodicSegment(StartsInWith):
 
     def close(self, timeout: float = 5.0) -> None:
         with self._lock:
-            if self._closed:
+            if not self._claim_close():
                 return
-            self._closed = True
             cur, self._cur = self._cur, _NONE
         self._wake.set()
         if cur.gen is not None:

@@ -72,7 +72,7 @@ from flakekit.values.counter import peek
 from flakekit.values.events import NO_EVENTS, Events
 from flakekit.values.forks import after_fork_in_child
 from flakekit.values.formats import StringIds
-from flakekit.values.lifecycle import StartsInWith
+from flakekit.values.lifecycle import ClosesOnce, StartsInWith
 from flakekit.values.stats import LATENCY_BOUNDS_NS, BufferStats, SegmentStats
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class _Stats:
         self.last_error: str | None = None
 
 
-class SegmentGenerator(StringIds, StartsInWith):
+class SegmentGenerator(StringIds, StartsInWith, ClosesOnce):
     """IDs for one key from Leaf-style segments. Thread-safe.
 
     Args:
@@ -283,9 +283,8 @@ class SegmentGenerator(StringIds, StartsInWith):
     def close(self, timeout: float = 5.0) -> None:
         """Stop issuing IDs, stop the fetcher, and give the unused tail back if allowed."""
         with self._cond:
-            if self._closed:
+            if not self._claim_close():
                 return
-            self._closed = True
             cur = self._cur
             line = cur.stop() if cur is not _EMPTY else None
             self._cur = _EMPTY

@@ -31,7 +31,7 @@ from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.events import NO_EVENTS, Events
-from flakekit.values.lifecycle import StartsInWith
+from flakekit.values.lifecycle import ClosesOnce, StartsInWith
 from flakekit.values.periods import is_period_key
 from flakekit.values.stats import SegmentStats
 
@@ -48,7 +48,7 @@ _UNKNOWN_MAX = 10_000
 
 
 @attrs.define
-class SegmentService(StartsInWith):
+class SegmentService(StartsInWith, ClosesOnce):
     """Lazily started :class:`SegmentGenerator` per key of ``store``. Thread-safe.
 
     Args:
@@ -99,9 +99,8 @@ class SegmentService(StartsInWith):
     def close(self) -> None:
         """Stop the refresher, close every generator (giving tails back), remember keys."""
         with self._lock:
-            if self._closed:
+            if not self._claim_close():
                 return
-            self._closed = True
             gens = dict(self._gens)
         self._stop.set()
         if self._thread is not None:

@@ -1,11 +1,11 @@
 """``with obj:`` for what starts and closes: the one ``__enter__``/``__exit__`` pair of the
-generators, the segment service, the cluster node and the Kit."""
+generators, the segment service, the cluster node and the Kit; and the close that runs once."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["StartsInWith"]
+__all__ = ["ClosesOnce", "StartsInWith"]
 
 
 class _Startable(Protocol):
@@ -15,6 +15,10 @@ class _Startable(Protocol):
 
 
 S = TypeVar("S", bound=_Startable)
+
+
+class _Closable(Protocol):
+    _closed: bool
 
 
 class StartsInWith:
@@ -29,3 +33,19 @@ class StartsInWith:
 
     def __exit__(self: _Startable, *exc: object) -> None:
         self.close()
+
+
+class ClosesOnce:
+    """Mixin: ``close()`` does its work once, however many threads call it; the others
+    return at once (the generators and the segment service keep ``_closed`` as a plain flag,
+    read without the lock on their own paths)."""
+
+    __slots__ = ()
+
+    def _claim_close(self: _Closable) -> bool:
+        """True for the first caller only, which then closes; call it holding the lock
+        that guards ``_closed``."""
+        if self._closed:
+            return False
+        self._closed = True
+        return True
