@@ -63,7 +63,7 @@ from flakekit.leases.keeper import LeaseKeeper
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.cluster import Member, View
 from flakekit.values.events import NO_EVENTS, Events
-from flakekit.values.lifecycle import StartsInWith
+from flakekit.values.lifecycle import StartsInWith, started_daemon
 from flakekit.values.owners import HASH_NAME, OwnerMap
 
 __all__ = ["HANDOFF_MARGIN_MIN_S", "HANDOFF_MARGIN_SHARE", "ClusterNode"]
@@ -152,9 +152,7 @@ class ClusterNode(Serving, ViewUpkeep, StartsInWith):
             log.warning("%s: cannot watch the view (%s); renewals re-read it", self._who, exc)
         self._settle_all()
         if self._threads:
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name=f"flakekit-cluster-{self.member.node}")
-            self._thread.start()
+            self._thread = started_daemon(self._run, f"flakekit-cluster-{self.member.node}")
         return self
 
     def _check_agreement(self, digest: str) -> None:

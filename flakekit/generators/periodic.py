@@ -48,7 +48,7 @@ from flakekit.generators.segment_settings import SegmentSettings
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.events import NO_EVENTS, Events
-from flakekit.values.lifecycle import ClosesOnce, StartsInWith
+from flakekit.values.lifecycle import ClosesOnce, StartsInWith, started_daemon
 from flakekit.values.periods import (
     Period,
     PeriodFormat,
@@ -174,9 +174,7 @@ class PeriodicSegment(StartsInWith, ClosesOnce):
                 return self
             self._sync()
             if self._thread is None and self.settings.clock_sync:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name=f"flakekit-period-{self.name}")
-                self._thread.start()
+                self._thread = started_daemon(self._run, f"flakekit-period-{self.name}")
         return self
 
     def close(self, timeout: float = 5.0) -> None:
@@ -365,9 +363,8 @@ class PeriodicSegment(StartsInWith, ClosesOnce):
             self.rolled += 1
             log.info("%s: period %s began (database time); serving %s", self.name,
                      period.digits, row)
-            closer = threading.Thread(target=old.gen.close, daemon=True,
-                                      name=f"flakekit-period-close-{self.name}")
-            closer.start()   # its give-back is no caller's wait; close() joins it
+            # its give-back is no caller's wait; close() joins it
+            closer = started_daemon(old.gen.close, f"flakekit-period-close-{self.name}")
             self._closers = [t for t in self._closers if t.is_alive()] + [closer]
 
     def _run(self) -> None:

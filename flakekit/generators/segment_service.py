@@ -31,7 +31,7 @@ from flakekit.generators.segment import SegmentGenerator, SegmentSettings
 from flakekit.values.batch import IdBatch
 from flakekit.values.clock import Clock, MonotonicClock
 from flakekit.values.events import NO_EVENTS, Events
-from flakekit.values.lifecycle import ClosesOnce, StartsInWith
+from flakekit.values.lifecycle import ClosesOnce, StartsInWith, started_daemon
 from flakekit.values.periods import is_period_key
 from flakekit.values.stats import SegmentStats
 
@@ -92,8 +92,7 @@ class SegmentService(StartsInWith, ClosesOnce):
                     self.get(key)
                 except FlakekitError as exc:
                     log.warning("preloading segment key %r failed: %s", key, exc)
-        self._thread = threading.Thread(target=self._run, name="flakekit-segment-keys", daemon=True)
-        self._thread.start()
+        self._thread = started_daemon(self._run, "flakekit-segment-keys")
         return self
 
     def close(self) -> None:

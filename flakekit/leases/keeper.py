@@ -32,6 +32,7 @@ from flakekit.leases.lease import (
     WorkerLease,
 )
 from flakekit.values.clock import Clock
+from flakekit.values.lifecycle import started_daemon
 from flakekit.values.stats import LATENCY_BOUNDS_NS, LeaseStats
 
 __all__ = ["LEASE_LOST_EXIT_STATUS", "LeaseKeeper", "LeaseTarget"]
@@ -159,12 +160,8 @@ class LeaseKeeper(Generic[L]):
         if interval is not None and lease.deadline_ns is not None:
             # each renew thread has its own events
             self._stop, self._wake = stop, wake = threading.Event(), threading.Event()
-            thread = threading.Thread(
-                target=self._run, args=(interval, stop, wake), daemon=True,
-                name=f"flakekit-lease-{self.name}",
-            )
-            thread.start()
-            self._thread = thread
+            self._thread = started_daemon(self._run, f"flakekit-lease-{self.name}",
+                                          interval, stop, wake)
 
     def close(self, *, release: bool = True) -> None:
         """Stop renewing and (by default) give the lease back.
@@ -282,8 +279,7 @@ class LeaseKeeper(Generic[L]):
             logging.shutdown()
             os._exit(LEASE_LOST_EXIT_STATUS)
         if self.on_lease_lost == "restart" and not self._closed.is_set():
-            threading.Thread(target=self._reacquire, args=(self._life_no,), daemon=True,
-                             name=f"flakekit-reacquire-{self.name}").start()
+            started_daemon(self._reacquire, f"flakekit-reacquire-{self.name}", self._life_no)
 
     def _reacquire(self, life_no: int) -> None:
         """After a loss: a new lease (for worker ids usually a new id), retried with

@@ -33,6 +33,7 @@ import attrs
 
 from flakekit.errors import BackendError
 from flakekit.values.events import NO_EVENTS, Events
+from flakekit.values.lifecycle import started_daemon
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -275,10 +276,8 @@ class DurabilityWatch:
             stale = time.monotonic() - self._read_at >= STALL_RECHECK_S
             probing = self._probing
             if stale and (probing is None or not probing.is_alive()):
-                probing = self._probing = threading.Thread(
-                    target=self._read_quietly, args=(engine,), daemon=True,
-                    name=f"flakekit-durability-{self.backend}")
-                probing.start()
+                probing = self._probing = started_daemon(
+                    self._read_quietly, f"flakekit-durability-{self.backend}", engine)
         if stale and wait_s > 0 and probing is not None:
             probing.join(wait_s)
         last = self.last

@@ -1,11 +1,14 @@
 """``with obj:`` for what starts and closes: the one ``__enter__``/``__exit__`` pair of the
-generators, the segment service, the cluster node and the Kit; and the close that runs once."""
+generators, the segment service, the cluster node and the Kit; the close that runs once;
+and the background thread a ``start()`` leaves running."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["ClosesOnce", "StartsInWith"]
+__all__ = ["ClosesOnce", "StartsInWith", "started_daemon"]
 
 
 class _Startable(Protocol):
@@ -49,3 +52,11 @@ class ClosesOnce:
             return False
         self._closed = True
         return True
+
+
+def started_daemon(target: Callable[..., object], name: str, *args: Any) -> threading.Thread:
+    """A daemon thread already running ``target(*args)``: background work never keeps the
+    process alive at exit (``close()`` stops and joins it)."""
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    thread.start()
+    return thread
