@@ -27,10 +27,11 @@ from flakekit_server.api_routes import ApiRoutes
 from flakekit_server.cluster import ClusterHttp, Hints
 from flakekit_server.encoding import Bodies, decimal_join
 from flakekit_server.key_tables import KeyTables
+from flakekit_server.lazy_pool import LazyPool
 from flakekit_server.leaf_routes import LeafRoutes
 from flakekit_server.metrics import RequestStats
 from flakekit_server.ops_routes import OpsRoutes
-from flakekit_server.options import OFFLOAD_COUNT, ServerOptions
+from flakekit_server.options import BATCH_THREADS, OFFLOAD_COUNT, ServerOptions
 from flakekit_server.reports import RATE_SAMPLES, describe
 
 __all__ = ["OFFLOAD_COUNT", "HttpError", "IdService", "Pending", "ServerOptions", "decimal_join",
@@ -70,8 +71,8 @@ class IdService(LeafRoutes, ApiRoutes, OpsRoutes):
         self.bodies = Bodies({name: kit.id_format(name) for name in kit})
         self.issued = dict.fromkeys(self.generators, 0)
         self._fast_counts = {}
-        self._draw_pool = None
-        self._batch_pool = None
+        self._draw_pool = LazyPool(BATCH_THREADS, "flakekit-server-draw")
+        self._batch_pool = LazyPool(BATCH_THREADS, "flakekit-server-batch")
         self._batch_locks = {name: threading.Lock() for name in self.generators}
         self.offloaded = 0   # batches made in a worker thread (a test checks it moves)
         # cluster mode: strict keys are served only through the node's ClusterNode
@@ -185,8 +186,7 @@ class IdService(LeafRoutes, ApiRoutes, OpsRoutes):
         self.stopping = True
         self.tables.close()
         for pool in (self._batch_pool, self._draw_pool):
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+            pool.close()
         if self.cluster is not None:
             self.cluster.close()
         self.leases.close()

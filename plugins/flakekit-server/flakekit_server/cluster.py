@@ -37,6 +37,7 @@ from flakekit.plugin import LATENCY_BUCKETS_S as HANDOFF_BUCKETS_S
 from flakekit.plugin import ClusterUnavailableError, KeyMovingError, NotOwnerError
 from flakekit_server.coalesce import Coalescer, Shape, single_shape
 from flakekit_server.forward import OWNER_EPOCH, Forwarder, ForwardError, Relayed
+from flakekit_server.lazy_pool import LazyPool
 
 if TYPE_CHECKING:
     from flakekit.embed import ClusterNode
@@ -90,8 +91,7 @@ class ClusterHttp:
         self._shapes: dict[tuple[str, bytes], Shape | None] = {}
         self._elsewhere: dict[str, NotOwnerError] = {}
         self._suffixes: dict[str, bytes] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
+        self._pool = LazyPool(STRICT_THREADS, "flakekit-server-strict")
         self.forwards: Counter[str] = Counter({"ok": 0, "failed": 0})
         self.misdirected = 0
         self.refused: Counter[str] = Counter(dict.fromkeys(REFUSAL_REASONS, 0))
@@ -143,12 +143,7 @@ class ClusterHttp:
         self.generators = generators
 
     def pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            with self._lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(STRICT_THREADS,
-                                                    thread_name_prefix="flakekit-server-strict")
-        return self._pool
+        return self._pool.get()
 
     def is_strict(self, key: str) -> bool:
         try:
@@ -311,8 +306,7 @@ class ClusterHttp:
 
     def close(self) -> None:
         self._stop.set()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.close()
         self.forwarder.close()
 
 

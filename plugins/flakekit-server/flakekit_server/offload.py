@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from flakekit.plugin import FlakekitError, IdBatch
 from flakekit_server.answers import TEXT, Pending, Response
-from flakekit_server.options import BATCH_SLICE, BATCH_THREADS, SLICE_PAUSE_S
+from flakekit_server.options import BATCH_SLICE, SLICE_PAUSE_S
 from flakekit_server.service_base import ServiceBase
 
 __all__ = ["Offload"]
@@ -54,10 +53,8 @@ class Offload(ServiceBase):
             return IdBatch(ranges)
 
         async def run() -> Response:
-            if self._batch_pool is None:
-                self._batch_pool = ThreadPoolExecutor(
-                    BATCH_THREADS, thread_name_prefix="flakekit-server-batch")
-            batch = await asyncio.get_running_loop().run_in_executor(self._batch_pool, draw)
+            batch = await asyncio.get_running_loop().run_in_executor(self._batch_pool.get(),
+                                                                     draw)
             self.issued[name] += count
             self.offloaded += 1
             return await self.bodies.format_in_slices(name, count, fmt, batch)

@@ -22,8 +22,9 @@ from flakekit_server.answers import HttpError
 from flakekit_server.cluster import ClusterHttp
 from flakekit_server.encoding import Bodies
 from flakekit_server.key_tables import KeyTables
+from flakekit_server.lazy_pool import LazyPool
 from flakekit_server.metrics import RequestStats
-from flakekit_server.options import BATCH_THREADS, ServerOptions
+from flakekit_server.options import ServerOptions
 
 __all__ = ["ServiceBase"]
 
@@ -63,8 +64,8 @@ class ServiceBase:
     key_services: dict[str, Any]
     offloaded: int
     _batch_locks: dict[str, threading.Lock]
-    _batch_pool: ThreadPoolExecutor | None
-    _draw_pool: ThreadPoolExecutor | None
+    _batch_pool: LazyPool
+    _draw_pool: LazyPool
     _db_page: tuple[float, bytes]
     _db_thread: threading.Thread | None
 
@@ -79,7 +80,4 @@ class ServiceBase:
         return self.issued[name] + sum(h[-1] for h in self._fast_counts.get(name, ()))
 
     def _pool(self) -> ThreadPoolExecutor:
-        if self._draw_pool is None:
-            self._draw_pool = ThreadPoolExecutor(BATCH_THREADS,
-                                                 thread_name_prefix="flakekit-server-draw")
-        return self._draw_pool
+        return self._draw_pool.get()

@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import pytest
@@ -40,6 +40,7 @@ __all__ = ["Cluster", "Node", "Process", "Record", "Recorder", "check_i1", "chec
            "cluster_db", "metric", "start_cluster", "trio", "unavailable_ms"]
 
 STRICT_KEY = "order"
+T = TypeVar("T")
 
 
 def cluster_config(path: Path, url: str, *, name: str = "drill",
@@ -337,9 +338,10 @@ class Cluster:
         asked."""
         want = (len(self.running()) if members is None else members) * self.workers
         asked = {n.name for n in (self.reachable() if among is None else among)}
-        deadline = time.monotonic() + timeout
         views: dict[str, dict[str, Any]] = {}
-        while time.monotonic() < deadline:
+
+        def agreed() -> dict[str, Any] | None:
+            nonlocal views
             views = {k: v for k, v in self.views().items() if k in asked}
             epochs = {v["epoch"] for v in views.values()}
             if len(views) == len(asked) and len(epochs) == 1:
@@ -349,24 +351,39 @@ class Cluster:
                 if len(view["members"]) == want and len(alive) == want and len(owners) == 1 \
                         and view["owners"]:
                     return view
-            time.sleep(0.2)
-        raise AssertionError(f"the nodes did not agree on a view of {want} members in "
-                             f"{timeout} s: {json.dumps(views, indent=1)}\n" + self.logs())
+            return None
+
+        return self.poll(agreed, timeout, 0.2, lambda: (
+            f"the nodes did not agree on a view of {want} members in {timeout} s: "
+            f"{json.dumps(views, indent=1)}"))
 
     def wait_serving(self, key: str = STRICT_KEY, timeout: float = 60.0,
                      members: int | None = None, among: list[Node] | None = None) -> Node:
         """Wait until the key's owner in the agreed view answers it (after a crash the
         new owner waits out the old one's lease first); returns the owner."""
         owner = self.node(self.wait_agreed(timeout, members, among)["owners"][key])
-        deadline = time.monotonic() + timeout
         status, body = 0, b""
-        while time.monotonic() < deadline:
+
+        def serving() -> Node | None:
+            nonlocal status, body
             status, _, body = owner.get(f"/api/segment/get/{key}")
-            if status == 200:
-                return owner
-            time.sleep(0.1)
-        raise AssertionError(f"owner {owner.name} did not serve {key!r} within {timeout} s: "
-                             f"{status} {body[:300]!r}\n" + self.logs())
+            return owner if status == 200 else None
+
+        return self.poll(serving, timeout, 0.1, lambda: (
+            f"owner {owner.name} did not serve {key!r} within {timeout} s: "
+            f"{status} {body[:300]!r}"))
+
+    def poll(self, check: Callable[[], T | None], timeout: float, interval: float,
+             failure: Callable[[], str]) -> T:
+        """``check()`` every ``interval`` s until it gives something other than None;
+        after ``timeout`` s an AssertionError with ``failure()`` and every node's log."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = check()
+            if got is not None:
+                return got
+            time.sleep(interval)
+        raise AssertionError(failure() + "\n" + self.logs())
 
     def node(self, name: str) -> Node:
         """The node called ``name``, or whose process is member ``name``."""
