@@ -30,30 +30,12 @@ for name in ("snowflake", "sonyflake", "region-split"):
     print(f"{name:<13} {cap.ids_per_second_per_worker:>12,.0f} IDs/s per worker, "
           f"{cap.max_workers:>6,} workers, overflows {cap.overflows_at:%Y}")
 
-# 4. A config file with a custom layout and two generators; `with kit:` starts them
-#    (leases a worker id from the SQLite file) and releases everything at the end.
-config = """
-[backends.main]
-url = "sqlite:///${QUICKSTART_DB}"
-
-[layouts.orders-layout]
-fields = [["time", 41], ["region", 2], ["worker", 8], ["sequence", 12]]
-unit = "1ms"
-epoch = "2024-01-01T00:00:00Z"
-
-[generators.orders]
-layout = "orders-layout"
-allocator = { type = "sql", backend = "main", service = "orders" }
-nodes = { region = 1 }
-
-[generators.audit]
-allocator = { type = "static", worker_id = 1 }
-"""
+# 4. A config file, examples/flakekit.toml: a custom layout and two generators; `with kit:`
+#    starts them (leases a worker id from the SQLite file) and releases everything at the end.
 with tempfile.TemporaryDirectory() as tmp:
-    path = Path(tmp, "flakekit.toml")
-    path.write_text(config, encoding="utf-8")
-    os.environ["QUICKSTART_DB"] = str(Path(tmp, "ids.db"))
-    kit = flakekit.load(path)         # checks every name and setting; takes no lease yet
+    os.environ["FLAKEKIT_DB_FILE"] = str(Path(tmp, "ids.db"))   # its ${FLAKEKIT_DB_FILE}
+    # checks every name and setting; takes no lease yet
+    kit = flakekit.load(Path(__file__).with_name("flakekit.toml"))
     with kit:
         orders = kit["orders"]
         order_id = orders.next_id()

@@ -25,7 +25,8 @@ log() { echo "etcd.sh: $*" >&2; }
 
 # ---- helpers ------------------------------------------------------------------------------
 # shellcheck source=scripts/svc_lib.sh
-. "$(dirname "$0")/svc_lib.sh"   # listening, free_port, alive, ours, stop_pidfile, env_get, env_set
+. "$(dirname "$0")/svc_lib.sh"   # listening, free_port, alive, ours, stop_pidfile, env_get, env_set,
+#                                  wait_members, apt_install, run_command
 
 healthy() {  # port: GET /health answers {"health":"true"} (no curl, no nc)
   timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf "GET /health HTTP/1.0\r\n\r\n" >&3 && cat <&3' \
@@ -35,9 +36,7 @@ healthy() {  # port: GET /health answers {"health":"true"} (no curl, no nc)
 install_etcd() {
   command -v etcd >/dev/null && command -v etcdctl >/dev/null && return 0
   log "installing Debian's etcd-server and etcd-client"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends etcd-server etcd-client >/dev/null
+  apt_install etcd-server etcd-client
   command -v etcd >/dev/null || { log "the etcd-server package did not install etcd"; exit 1; }
 }
 
@@ -102,10 +101,7 @@ cmd_cluster_start() {
   for n in 1 2 3; do
     launch "$base/m$n" "m$n" "${ports[n]}" "${peers[n]}" "$initial" "$TOKEN-cluster-${ports[1]}"
   done
-  for n in 1 2 3; do
-    wait_ready "${ports[n]}" "$base/m$n/etcd.pid"
-    endpoints+="${endpoints:+,}127.0.0.1:${ports[n]}"
-  done
+  endpoints=$(wait_members "$base/m%s/etcd.pid" "${ports[@]}")
   env_set "ETCD_ENDPOINTS=$(env_get ETCD_ENDPOINTS)" "ETCD_CLUSTER_ENDPOINTS=$endpoints"
   log "3-member cluster ready on $endpoints"
 }
@@ -133,11 +129,4 @@ cmd_stop() {
   log "stopped"
 }
 
-case "${1:-}" in
-  start) cmd_start ;;
-  stop) cmd_stop ;;
-  cluster-start) cmd_cluster_start ;;
-  cluster-stop) cmd_cluster_stop ;;
-  status) cat "$ENV_FILE" 2>/dev/null || log "not running" ;;
-  *) echo "usage: $0 start|stop|cluster-start|cluster-stop|status" >&2; exit 2 ;;
-esac
+run_command cluster "$@"

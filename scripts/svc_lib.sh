@@ -1,5 +1,6 @@
 # Helpers shared by scripts/zookeeper.sh and scripts/etcd.sh, which source this file after
-# setting SVC (their state directory) and ENV_FILE (the env file both write), and log().
+# setting SVC (their state directory) and ENV_FILE (the env file both write), and log();
+# wait_members calls their wait_ready, run_command their cmd_* functions.
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -60,4 +61,36 @@ env_set() {  # NAME=VALUE...: rewrite those lines of the env file, keep every ot
     for pair in "$@"; do printf '%s\n' "$pair"; done
   } > "$tmp"
   mv "$tmp" "$ENV_FILE"
+}
+
+wait_members() {  # pidfile_format port...: wait_ready each member (its pidfile is
+  # pidfile_format with its number, 1 up, for %s), then print the host list of the env file,
+  # 127.0.0.1:PORT,127.0.0.1:PORT,...
+  local format=$1 n=0 port hosts=""; shift
+  for port in "$@"; do
+    n=$((n + 1))
+    wait_ready "$port" "${format//%s/$n}" || return 1
+    hosts+="${hosts:+,}127.0.0.1:$port"
+  done
+  echo "$hosts"
+}
+
+apt_install() {  # package...: install Debian packages quietly, without questions
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+run_command() {  # group command: start|stop|GROUP-start|GROUP-stop|status, the scripts' CLI
+  # (GROUP is etcd's "cluster" or ZooKeeper's "ensemble"; cmd_start, cmd_stop,
+  # cmd_GROUP_start and cmd_GROUP_stop are the calling script's)
+  local group=$1
+  case "${2:-}" in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    "$group-start") "cmd_${group}_start" ;;
+    "$group-stop") "cmd_${group}_stop" ;;
+    status) cat "$ENV_FILE" 2>/dev/null || log "not running" ;;
+    *) echo "usage: $0 start|stop|$group-start|$group-stop|status" >&2; exit 2 ;;
+  esac
 }

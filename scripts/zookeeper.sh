@@ -22,7 +22,8 @@ log() { echo "zookeeper.sh: $*" >&2; }
 
 # ---- helpers ------------------------------------------------------------------------------
 # shellcheck source=scripts/svc_lib.sh
-. "$(dirname "$0")/svc_lib.sh"   # listening, free_port, alive, ours, stop_pidfile, env_get, env_set
+. "$(dirname "$0")/svc_lib.sh"   # listening, free_port, alive, ours, stop_pidfile, env_get, env_set,
+#                                  wait_members, apt_install, run_command
 
 zk4() {  # four-letter word without nc
   timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/$1 && printf %s "$2" >&3 && cat <&3' _ "$1" "$2" 2>/dev/null || true
@@ -31,9 +32,7 @@ zk4() {  # four-letter word without nc
 install_zookeeper() {
   [ -f "$ZK_JAR" ] && command -v java >/dev/null && return 0
   log "installing Debian's zookeeper package"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends zookeeper >/dev/null
+  apt_install zookeeper
   [ -f "$ZK_JAR" ] || { log "the zookeeper package did not install $ZK_JAR"; exit 1; }
 }
 
@@ -134,10 +133,7 @@ cmd_ensemble_start() {
     echo "$n" > "$base/n$n/data/myid"
   done
   for n in 1 2 3; do launch "$base/n$n"; done
-  for n in 1 2 3; do
-    wait_ready "${ports[n]}" "$base/n$n/zk.pid"
-    hosts+="${hosts:+,}127.0.0.1:${ports[n]}"
-  done
+  hosts=$(wait_members "$base/n%s/zk.pid" "${ports[@]}")
   write_env "$(env_get ZK_HOSTS)" "$hosts"
   log "3-node ensemble ready on $hosts"
 }
@@ -163,11 +159,4 @@ cmd_stop() {
   log "stopped"
 }
 
-case "${1:-}" in
-  start) cmd_start ;;
-  stop) cmd_stop ;;
-  ensemble-start) cmd_ensemble_start ;;
-  ensemble-stop) cmd_ensemble_stop ;;
-  status) cat "$ENV_FILE" 2>/dev/null || log "not running" ;;
-  *) echo "usage: $0 start|stop|ensemble-start|ensemble-stop|status" >&2; exit 2 ;;
-esac
+run_command ensemble "$@"

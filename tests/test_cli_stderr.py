@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from flakekit.testing import proxied, unreachable_url
-from flakekit.testing.cli import write_toml
+from flakekit.testing.cli import write_sql_toml
 
 FLAKEKIT = Path(sys.executable).with_name("flakekit")
 
@@ -25,27 +25,12 @@ def _flakekit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)
 
 
-def _config(tmp_path: Path, url: str) -> Path:
-    return write_toml(tmp_path, f"""
-        [backends.main]
-        url = "{url}"
-
-        [generators.seg]
-        strategy = "segment"
-        key = "invoice"
-        store = {{ type = "sql", backend = "main" }}
-
-        [generators.orders]
-        allocator = {{ type = "sql", backend = "main", service = "orders" }}
-    """)
-
-
 @pytest.mark.parametrize("server", ["mariadb", "postgresql"])
-@pytest.mark.parametrize("generator", ["seg", "orders"])
+@pytest.mark.parametrize("generator", ["invoice", "orders"])
 def test_closed_port_is_one_line(tmp_path, server, generator):
     """`flakekit next GEN` against a database nobody listens on: exit 1, exactly one line
     on stderr; with -v the log lines (retries, the ALERT) are shown too."""
-    cfg = _config(tmp_path, unreachable_url(server))
+    cfg = write_sql_toml(tmp_path, unreachable_url(server))
     done = _flakekit("next", generator, "-c", str(cfg), cwd=tmp_path)
     assert done.returncode == 1, done
     assert done.stdout == ""
@@ -62,13 +47,13 @@ def test_cut_proxy_is_one_line(tmp_path, pg_url, tcp_proxy):
     from sqlalchemy.engine import make_url
 
     proxy = tcp_proxy(make_url(pg_url).port or 5432)
-    cfg = _config(tmp_path, proxied(pg_url, proxy))
+    cfg = write_sql_toml(tmp_path, proxied(pg_url, proxy))
     created = _flakekit("segments", "create", "invoice", "--step", "10", "-c", str(cfg),
                         cwd=tmp_path)
     assert created.returncode == 0, created.stderr
-    ok = _flakekit("next", "seg", "-c", str(cfg), cwd=tmp_path)
+    ok = _flakekit("next", "invoice", "-c", str(cfg), cwd=tmp_path)
     assert ok.returncode == 0 and ok.stderr == "", ok.stderr
     proxy.cut()
-    done = _flakekit("next", "seg", "-c", str(cfg), cwd=tmp_path)
+    done = _flakekit("next", "invoice", "-c", str(cfg), cwd=tmp_path)
     assert done.returncode == 1
     assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("error: "), done.stderr

@@ -22,6 +22,7 @@ from flakekit.sql.leaf import SqlSegmentStore
 from flakekit.sql.membership import SqlMembership
 from flakekit.testing import ManualClock, age_rows, proxied
 from flakekit.testing.sql_peers import pool_fixture  # noqa: F401
+from flakekit.testing.threads import Loops
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.cluster import Member
 
@@ -150,13 +151,11 @@ class _Clients:
         self.nodes = nodes
         self.violations: list[str] = []
         self.served: dict[str, list[tuple[str, int]]] = {k: [] for k in KEYS}  # (node, epoch)
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True)
-                         for k in KEYS]
+        self._loops = Loops(self._run, KEYS)
 
     def _run(self, key: str) -> None:
         top, top_epoch, seen = 0, 0, set()
-        while not self._stop.is_set():
+        while not self._loops.stopping.is_set():
             for node in self.nodes:
                 try:
                     value, epoch = node.next_id(key)
@@ -172,8 +171,7 @@ class _Clients:
             time.sleep(0.002)
 
     def start(self) -> _Clients:
-        for thread in self._threads:
-            thread.start()
+        self._loops.start()
         return self
 
     def answers(self) -> int:
@@ -181,9 +179,7 @@ class _Clients:
 
     def close(self) -> None:
         """Stop the clients, then the nodes they ask."""
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(5)
+        self._loops.stop(5)
         for node in self.nodes:
             node.close()
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from flakekit.assembly.config import load_config, parse_config
 from flakekit.assembly.kit import build_kit
 from flakekit.errors import ConfigError
 from flakekit.testing.cli import write_toml
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 GOOD = """
 [backends.main]
@@ -46,6 +52,15 @@ class TestParse:
             assert parts["region"] == 1 and parts["worker"] == 7
             assert kit["wall"].worker_id == 300
             assert kit["wall"].clock.max_backward_ns == 20_000_000
+
+    def test_quickstart_runs_on_the_example_config(self, tmp_path):
+        """examples/quickstart.py runs on examples/flakekit.toml: its custom layout puts
+        region 1 and the leased worker id into the orders IDs."""
+        done = subprocess.run([sys.executable, str(EXAMPLES / "quickstart.py")], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        orders = [line for line in done.stdout.splitlines() if line.startswith("orders id:")]
+        assert len(orders) == 1 and "'region': 1, 'worker': 0," in orders[0], done.stdout
 
     def test_env_default(self):
         """${NAME:-default} falls back when the variable is unset."""

@@ -28,6 +28,7 @@ from flakekit.testing.replicas import (
     mariadb_binaries_missing,
     pg_binaries_missing,
 )
+from flakekit.testing.threads import Loops
 from flakekit.values.clock import MonotonicClock
 
 pytestmark = [pytest.mark.slow]
@@ -363,24 +364,19 @@ class _Drawers:
         self.gens = [SegmentGenerator(s, "orders") for s in self.stores]
         self.ids: list[list[int]] = [[] for _ in self.gens]
         self.errors: list[tuple[float, str]] = []
-        self._stop = False
-        self._threads: list[Any] = []
+        self._loops = Loops(self._draw, range(len(self.gens)))
 
     def start(self) -> _Drawers:
-        import threading
-
         for gen in self.gens:
             gen.start()
-        for i, gen in enumerate(self.gens):
-            thread = threading.Thread(target=self._draw, args=(gen, self.ids[i]), daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._loops.start()
         return self
 
-    def _draw(self, gen: Any, out: list[int]) -> None:
+    def _draw(self, i: int) -> None:
         from flakekit.errors import FlakekitError
 
-        while not self._stop:
+        gen, out = self.gens[i], self.ids[i]
+        while not self._loops.stopping.is_set():
             try:
                 out.append(gen.next_id())
             except FlakekitError as exc:
@@ -390,9 +386,7 @@ class _Drawers:
                 time.sleep(0.001)  # a caller's pace, not a spin
 
     def stop(self) -> None:
-        self._stop = True
-        for thread in self._threads:
-            thread.join(60)
+        self._loops.stop(60)
         for gen in self.gens:
             gen.close()
         for pool in self.pools:

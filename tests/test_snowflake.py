@@ -23,6 +23,7 @@ from flakekit.generators.snowflake import SnowflakeGenerator
 from flakekit.leases.lease import LeaseRequest, WorkerLease
 from flakekit.testing import ManualClock, in_threads
 from flakekit.testing.forks import in_forked_child
+from flakekit.testing.refusals import assert_issues_nothing
 from flakekit.values.clock import MonotonicClock
 from flakekit.values.layout import BitLayout
 
@@ -219,10 +220,7 @@ class TestClockRollback:
         gen, clock = manual_gen()
         gen.next_id()
         clock.step(-2.0)
-        with pytest.raises(ClockMovedBackwardsError, match="moved backwards by 2000"):
-            gen.next_id()
-        with pytest.raises(ClockMovedBackwardsError):
-            gen.next_ids(10)
+        assert_issues_nothing(gen, ClockMovedBackwardsError, 10, match="moved backwards by 2000")
         clock.step(2.0)
         assert gen.next_id()
 
@@ -237,10 +235,7 @@ class TestLease:
     def test_not_started_raises(self):
         """A generator issues nothing before start()."""
         gen = SnowflakeGenerator(SNOWFLAKE, ManualClock(), static())
-        with pytest.raises(NotStartedError):
-            gen.next_id()
-        with pytest.raises(NotStartedError):
-            gen.next_ids(3)
+        assert_issues_nothing(gen, NotStartedError, 3)
 
     def test_closed_raises(self):
         """After close() the generator refuses until started again."""
@@ -260,10 +255,7 @@ class TestLease:
             clock.advance(0.999)
             assert gen.next_id()
             clock.advance(0.002)
-            with pytest.raises(LeaseExpiredError):
-                gen.next_id()
-            with pytest.raises(LeaseExpiredError):
-                gen.next_ids(5)
+            assert_issues_nothing(gen, LeaseExpiredError, 5)
             assert gen.keeper.renew_once()
             assert gen.next_id()
         finally:
@@ -275,10 +267,7 @@ class TestLease:
         gen, clock, alloc = leased_gen()
         before = gen.next_id()
         clock.step(5.0)  # wall jumps 5 s ahead; monotonic time (the deadline) is fine
-        with pytest.raises(LeaseExpiredError, match="jumped forward"):
-            gen.next_id()
-        with pytest.raises(LeaseExpiredError, match="jumped forward"):
-            gen.next_ids(10)
+        assert_issues_nothing(gen, LeaseExpiredError, 10, match="jumped forward")
         assert gen.keeper.renew_once()
         after = gen.next_id()
         assert after > before
@@ -582,10 +571,7 @@ def test_epoch_in_the_future_says_so():
     future = BitLayout("future", [["time", 41], ["worker", 10], ["sequence", 12]],
                        epoch_ms="2099-01-01T00:00:00Z", unit_ns="1ms")
     gen, _ = manual_gen(layout=future)
-    with pytest.raises(LayoutError, match="epoch"):
-        gen.next_id()
-    with pytest.raises(LayoutError, match="epoch"):
-        gen.next_ids(3)
+    assert_issues_nothing(gen, LayoutError, 3, match="epoch")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")

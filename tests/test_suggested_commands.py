@@ -16,7 +16,7 @@ import pytest
 
 from flakekit.testing import unreachable_url
 from flakekit.testing.cli import run_cli as run
-from flakekit.testing.cli import run_ok, run_refused, write_segment_toml, write_toml
+from flakekit.testing.cli import run_ok, run_refused, write_segment_toml, write_sql_toml, write_toml
 
 
 def _on_layout(tmp_path: Path, name: str, fields: str, epoch: str) -> Path:
@@ -130,17 +130,7 @@ class TestPastedCommands:
     def test_db_init_creates_leaf_alloc_and_the_key_hint_works(self, capsys, tmp_path, db_url):
         """db init creates system_nodes AND leaf_alloc; `next` on a missing key suggests
         `flakekit segments create KEY --step 1000 -c CONFIG`, which, pasted, fixes it."""
-        cfg = write_toml(tmp_path, f"""
-            [backends.main]
-            url = "{db_url}"
-
-            [generators.orders]
-            allocator = {{ type = "sql", backend = "main", service = "orders" }}
-
-            [generators.invoice]
-            strategy = "segment"
-            store = {{ type = "sql", backend = "main" }}
-        """)
+        cfg = write_sql_toml(tmp_path, db_url)
         out = run_ok(capsys, "db", "init", "-c", str(cfg))
         assert {"system_nodes", "leaf_alloc", "flakekit_schema"} <= _tables(db_url)
         assert "leaf_alloc" in out

@@ -30,6 +30,8 @@ from flakekit.testing import (
     listening,
 )
 from flakekit.testing import pytest_plugin as plugin
+from flakekit.testing.threads import Loops
+from flakekit.testing.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_FIXTURES = {"manual_clock", "event_recorder", "tcp_proxy", "closing", "pg_url",
@@ -50,6 +52,23 @@ class TestThreads:
 
         with pytest.raises(ValueError, match="boom in 3"):
             in_threads(work, 5)
+
+    def test_loops_run_until_stopped(self):
+        """Each loop runs with its own argument until stop(); stop() before start() waits
+        for nothing."""
+        rounds = {"a": 0, "b": 0}
+
+        def spin(name: str) -> None:
+            while not loops.stopping.is_set():
+                rounds[name] += 1
+                time.sleep(0.001)
+
+        loops = Loops(spin, ["a", "b"])
+        loops.start()
+        wait_until(lambda: min(rounds.values()) > 3)
+        loops.stop(5)
+        assert not any(thread.is_alive() for thread in loops._threads)
+        Loops(spin, ["a"]).stop(5)
 
     def test_assert_unique_names_duplicates(self):
         """A repeated value fails, naming it."""

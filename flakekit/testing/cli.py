@@ -10,7 +10,7 @@ from typing import Any
 from flakekit.cli import main
 
 __all__ = ["run_cli", "run_error_line", "run_ok", "run_refused", "write_segment_toml",
-           "write_toml"]
+           "write_sql_toml", "write_toml"]
 
 
 def run_cli(capsys: Any, *args: str, stdin: str | None = None,
@@ -53,6 +53,16 @@ def write_segment_toml(directory: Path, url: str, generator: str, settings: str 
         [generators.{generator}]
         strategy = "segment"
     """) + textwrap.dedent(settings) + "\n")
+
+
+def write_sql_toml(directory: Path, url: str) -> Path:
+    """:func:`write_segment_toml` of segment generator ``invoice`` (key ``invoice``), plus
+    snowflake generator ``orders`` leasing its worker id on the same backend (service
+    ``orders``): both kinds of SQL-backed generator on one database."""
+    return write_segment_toml(directory, url, "invoice", """
+        [generators.orders]
+        allocator = { type = "sql", service = "orders" }
+    """)
 
 
 def run_ok(capsys: Any, *args: str, **kw: Any) -> str:

@@ -1,5 +1,6 @@
 """Run one function in many threads at once, and check that what they got is unique; run
-one call in a thread of its own (:class:`Call`), to see whether it hangs."""
+one call in a thread of its own (:class:`Call`), to see whether it hangs; keep loops
+running in threads until told to stop (:class:`Loops`), as a drill's clients do."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["Call", "assert_disjoint", "assert_unique", "in_threads"]
+__all__ = ["Call", "Loops", "assert_disjoint", "assert_unique", "in_threads"]
 
 T = TypeVar("T")
 
@@ -91,3 +92,25 @@ class Call:
         if error is not None:
             raise error
         return self.result
+
+
+class Loops:
+    """``target(arg)`` for each of ``args``, each in a daemon thread of its own, once
+    started; the targets loop until ``stopping`` is set, which :meth:`stop` does."""
+
+    def __init__(self, target: Callable[[Any], None], args: Iterable[Any]) -> None:
+        self.stopping = threading.Event()
+        self._threads = [threading.Thread(target=target, args=(arg,), daemon=True)
+                         for arg in args]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Set ``stopping``, then wait for each running thread, ``timeout`` s at most each
+        (before :meth:`start` there is none to wait for)."""
+        self.stopping.set()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout)
