@@ -172,6 +172,25 @@ class TestFence:
         assert store.give_back("k", seg.max_id, seg.start + 10, claim=a)
         assert max_id(store) == seg.start + 10
 
+    def test_a_regained_key_after_a_give_back_is_no_database_going_back(self, store, caplog):
+        """The owner gives its tail back and hands the key on; the next owner gives back
+        within its own range; the first one regains the key: its next range starts where
+        the key is, with no "the database went back" alarm and nothing skipped (the tail
+        it gave back was never its own to remember)."""
+        a = claimed(store)
+        seg = store.fetch("k", claim=a)                       # a: [1, 101)
+        assert store.give_back("k", seg.max_id, seg.start + 10, claim=a)   # max_id 11
+        assert store.release_key(a)
+        b = KeyClaim("k", "b", 2)
+        assert store.claim_key(b, waited=True)
+        other = store.fetch("k", claim=b)                     # b: [11, 111)
+        assert store.give_back("k", other.max_id, other.start + 5, claim=b)  # max_id 16
+        assert store.release_key(b)
+        again = KeyClaim("k", "a", 3)
+        assert store.claim_key(again, waited=True)
+        assert store.fetch("k", claim=again).start == 16
+        assert "went back" not in caplog.text
+
     def test_no_owner_row_means_no_fenced_fetch(self, store):
         with pytest.raises(FenceError, match="never claimed"):
             store.fetch("k", claim=KeyClaim("k", "a", 1))

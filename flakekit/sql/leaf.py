@@ -635,7 +635,10 @@ class SqlSegmentStore:
                 except FenceError as exc:
                     log.warning("%s", exc)
                     return False
-                return conn.execute(stmt).rowcount == 1
+                done = conn.execute(stmt).rowcount == 1
+            if done:   # committed: nothing of this process's is above new_max_id now
+                self._high[key] = new_max_id
+            return done
         except SQLAlchemyError as exc:
             raise self._translate(f"giving back the tail of key {key!r}", exc) from None
 
