@@ -89,7 +89,10 @@ class Server:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         full_env = {**os.environ, **(env or {})}
         full_env.pop("FLAKEKIT_CONFIG", None)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, env=full_env)
+        # a process group of its own: stop() ends whatever of it is left (a worker process
+        # whose supervisor was killed would hold the port and the member on)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, env=full_env,
+                                     start_new_session=True)
         self.port = 0
         self.host = "127.0.0.1"
         self.banner = ""
@@ -145,10 +148,26 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._end_group()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._log.close()
         return self.proc.returncode
+
+    def _end_group(self, timeout: float = 5) -> None:
+        """SIGKILL what is left of the server's process group once it has exited, and wait
+        until it is gone: the next server on these ports starts on free ports."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
     def __enter__(self) -> Server:
         return self
