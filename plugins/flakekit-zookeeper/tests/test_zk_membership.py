@@ -67,6 +67,9 @@ class TestZkMembershipContract(AddressedMembershipContract):
                           if m.connection is not None and m.connection.session_id == owner)
             expire_session(holder.connection.client, zk_hosts)
             wait_until(lambda: zk.exists(path) is None)
+            # the holder's client reconnects on a new session: the contract reads through it
+            # next (a read during the reconnect is a ConnectionLoss, not what is tested)
+            assert holder.wait_connected(30)
         return expire
 
 
