@@ -71,6 +71,7 @@ class IdService(LeafRoutes, ApiRoutes, OpsRoutes):
         self.bodies = Bodies({name: kit.id_format(name) for name in kit})
         self.issued = dict.fromkeys(self.generators, 0)
         self._fast_counts = {}
+        self._batch_urls = {}
         self._draw_pool = LazyPool(BATCH_THREADS, "flakekit-server-draw")
         self._batch_pool = LazyPool(BATCH_THREADS, "flakekit-server-batch")
         self._batch_locks = {name: threading.Lock() for name in self.generators}
@@ -110,6 +111,9 @@ class IdService(LeafRoutes, ApiRoutes, OpsRoutes):
             raise UnknownKeyError(default)  # checked earlier by the CLI
         self.fast = self._fast_routes()
         self.strict_fast = self._strict_fast_routes()
+        #: cluster mode: the transport's forward of a strict key's Leaf URL another node
+        #: owns (ClusterHttp.forward_one), beside strict_fast
+        self.forward_one = self.cluster.forward_one if self.cluster is not None else None
         self.routes: dict[str, Endpoint] = {
             "/": self._monitor,
             "/health": self._health,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from flakekit.plugin import LATENCY_BUCKETS_S as HANDOFF_BUCKETS_S
 from flakekit.plugin import ClusterUnavailableError, KeyMovingError, NotOwnerError
+from flakekit_server.answers import JSON, error_body
 from flakekit_server.coalesce import Coalescer, Shape, single_shape
 from flakekit_server.forward import OWNER_EPOCH, Forwarder, ForwardError, Relayed
 from flakekit_server.lazy_pool import LazyPool
@@ -90,7 +91,7 @@ class ClusterHttp:
         self.generators: dict[str, str] = {}
         self._shapes: dict[tuple[str, bytes], Shape | None] = {}
         self._elsewhere: dict[str, NotOwnerError] = {}
-        self._suffixes: dict[str, bytes] = {}
+        self._relays: dict[tuple[str, str, str], _Relay] = {}
         self._pool = LazyPool(STRICT_THREADS, "flakekit-server-strict")
         self.forwards: Counter[str] = Counter({"ok": 0, "failed": 0})
         self.misdirected = 0
@@ -220,37 +221,52 @@ class ClusterHttp:
                         _retry_after(1.0)))
             return
 
-        def relayed(answer: Relayed | None, fexc: ForwardError | None) -> None:
-            if fexc is not None:
-                self.forwards["failed"] += 1
-                self.refused["owner_unreachable"] += 1
-                reply(error(503, "owner_unreachable", f"forwarding to the owner {node!r} "
-                            f"failed: {fexc}", _retry_after(1.0)))
-                return
-            assert answer is not None
-            self.forwards["ok"] += 1
-            status, ctype, body, headers = answer
-            if status >= 400:   # a relayed refusal says which node refused (issue 20)
-                body = _name_refuser(body, node, advertise)
-            reply((status, ctype, body,
-                   headers + RELAYED_FROM + node.encode("latin-1") + b"\r\n", route))
-
-        shape: Shape | None = None
-        if self.coalesce:
-            try:
-                shape = self._shapes[route, url]
-            except KeyError:   # parsed once per distinct URL (a few per key in practice)
-                shape = single_shape(route, url, self.generators)
-                if len(self._shapes) < SHAPES_KEPT:
-                    self._shapes[route, url] = shape
+        relay = self._relay(node, advertise, route)
+        shape = self._shape(route, url) if self.coalesce else None
         if shape is not None:   # one ID: with the others waiting for the key (coalesce.py)
-            suffix = self._suffixes.get(node)
-            if suffix is None:
-                suffix = self._suffixes[node] = RELAYED_FROM + node.encode("latin-1") + b"\r\n"
             self.coalescer.submit((advertise, shape[0], authorization),
-                                  (shape[1], reply, route, relayed, suffix))
+                                  (shape[1], reply, route, relay, relay.suffix))
         else:
-            self.forwarder.send(advertise, method, url, authorization, relayed)
+            self.forwarder.send(advertise, method, url, authorization,
+                                lambda answer, fexc: relay(reply, answer, fexc))
+
+    def forward_one(self, key: str, url: bytes, authorization: bytes | None,
+                    reply: Callable[[Any], None]) -> bool:
+        """The transport's path for a Leaf URL of a strict key that another node owns in
+        the applied view, asked with no cluster header: queued at once with the key's other
+        single-ID forwards (coalesce.py), ``reply`` answered on the event loop, as
+        :meth:`refuse` would (no routing, no refusal object, no closure per request).
+        False when that is not the case: the transport goes the long way round."""
+        exc = self.owned_elsewhere(key)
+        if exc is None or not self.coalesce:
+            return False
+        owner = exc.owner
+        if owner is None or not owner.advertise or owner.node == self.name:
+            return False
+        shape = self._shape("leaf_segment", url)
+        if shape is None:
+            return False
+        relay = self._relay(owner.node, owner.advertise, "leaf_segment")
+        self.coalescer.submit((owner.advertise, shape[0], authorization),
+                              (shape[1], reply, "leaf_segment", relay, relay.suffix))
+        return True
+
+    def _shape(self, route: str, url: bytes) -> Shape | None:
+        try:
+            return self._shapes[route, url]
+        except KeyError:   # parsed once per distinct URL (a few per key in practice)
+            shape = single_shape(route, url, self.generators)
+            if len(self._shapes) < SHAPES_KEPT:
+                self._shapes[route, url] = shape
+            return shape
+
+    def _relay(self, node: str, advertise: str, route: str) -> _Relay:
+        relay = self._relays.get((node, advertise, route))
+        if relay is None:
+            if len(self._relays) >= SHAPES_KEPT:
+                self._relays.clear()
+            relay = self._relays[node, advertise, route] = _Relay(self, node, advertise, route)
+        return relay
 
     async def _not_owner(self, exc: NotOwnerError, method: bytes, url: bytes,
                          authorization: bytes | None, hints: Hints | None, route: str,
@@ -312,6 +328,35 @@ class ClusterHttp:
 
 #: names the owner a relayed answer came from (every relayed answer carries it)
 RELAYED_FROM = b"X-Flakekit-Relayed-From: "
+
+
+class _Relay:
+    """How a forward to one owner is answered (one per owner and route, made once):
+    ``relay(reply, answer, error)`` relays the owner's answer with the node it came
+    from (a refusal naming that node), or answers 503 ``owner_unreachable``."""
+
+    __slots__ = ("advertise", "cluster", "node", "route", "suffix")
+
+    def __init__(self, cluster: ClusterHttp, node: str, advertise: str, route: str) -> None:
+        self.cluster, self.node, self.advertise, self.route = cluster, node, advertise, route
+        #: the header line every relayed answer carries
+        self.suffix = RELAYED_FROM + node.encode("latin-1") + b"\r\n"
+
+    def __call__(self, reply: Callable[[Any], None], answer: Relayed | None,
+                 fexc: ForwardError | None) -> None:
+        cluster = self.cluster
+        if fexc is not None or answer is None:
+            cluster.forwards["failed"] += 1
+            cluster.refused["owner_unreachable"] += 1
+            reply((503, JSON, error_body(503, "owner_unreachable", f"forwarding to the owner "
+                                         f"{self.node!r} failed: {fexc}"),
+                   _retry_after(1.0), self.route))
+            return
+        cluster.forwards["ok"] += 1
+        status, ctype, body, headers = answer
+        if status >= 400:   # a relayed refusal says which node refused (issue 20)
+            body = _name_refuser(body, self.node, self.advertise)
+        reply((status, ctype, body, headers + self.suffix, self.route))
 
 
 def _name_refuser(body: bytes, node: str, advertise: str) -> bytes:

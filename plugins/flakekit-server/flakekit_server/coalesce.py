@@ -6,11 +6,11 @@ HTTP exchange per ID. Instead, the common single-ID requests of one key (the Lea
 ``/api/segment/get/KEY`` and ``/api/v1/next/NAME`` with ``count=1`` in format
 ``numbers`` or ``text``) are **coalesced** per (owner, generator, ``Authorization``):
 
-* while no upstream request of the group is in flight, a request is sent at the end of
-  the event loop's round (with the requests read in the same round: a batch of those);
-* while one is in flight, further requests wait in arrival order; when the answer comes,
-  the next upstream request (again at the end of that round) asks for exactly as many IDs
-  as there are waiting requests
+* a request is sent at the end of the event loop's round (with the requests read in the
+  same round: a batch of those), while fewer than ``IN_FLIGHT`` (2) upstream requests of
+  the group are in flight; otherwise the requests wait in arrival order, and when an
+  answer comes the next upstream request (again at the end of that round) asks for
+  exactly as many IDs as there are waiting requests
   (``GET /api/v1/next/NAME?count=N``, at most ``MAX_BATCH``) and the N IDs of its
   answer go to those N requests in arrival order, each answered as the owner answers
   that request alone (Leaf's plain body or the JSON API's, ``X-Flakekit-Owner-Epoch``
@@ -21,12 +21,16 @@ I2: an ID answered to a request that started after another one ended is larger):
 
 1. A batch serves only requests that had **arrived before its upstream request was
    sent** (the queue is taken whole when the request is written; a request arriving
-   later waits for a later batch). Every request of a batch is therefore in progress
-   from before the owner drew the batch's IDs until after they came back: the owner's
-   draw is a moment inside each of their intervals, so any hand-out among them is a
-   linearizable order; arrival order is the natural one.
-2. A later batch is sent only after the earlier one's answer arrived, so the owner drew
-   its IDs later, and they are larger (the owner serves the key in order).
+   later waits for a later batch), and each of them is answered only after the owner's
+   answer came back. The owner's draw of the batch's IDs is therefore a moment inside
+   the interval of every request of the batch.
+2. The owner serves the key strictly (I2 on the owner, across its hand-offs): if request
+   A (batch X) ended before request B (batch Y) started, X's answer had arrived before
+   Y was sent, so the owner drew Y's IDs after it had answered X's: they are larger.
+   Two batches in flight at once hold only requests that overlap in time (the second
+   was sent before the first was answered, and each request of the first ends after
+   that answer), so whichever the owner draws first, no ordering is owed between them.
+   The same holds for batches to different owners during a hand-off.
 3. The batch is sized exactly: the owner is asked for as many IDs as requests wait. An ID
    left over (an owner answering more than asked) is dropped, never kept for a later
    request (it would be older than what the owner has answered since); an answer with
@@ -54,10 +58,13 @@ from urllib.parse import unquote
 
 from flakekit_server.forward import Forwarder, ForwardError, Relayed
 
-__all__ = ["MAX_BATCH", "Coalescer", "Group", "Shape", "Waiter", "single_shape"]
+__all__ = ["IN_FLIGHT", "MAX_BATCH", "Coalescer", "Group", "Shape", "Waiter", "single_shape"]
 
 #: at most this many requests share one upstream request
 MAX_BATCH = 512
+#: upstream requests of one group in flight at a time: a request that arrives while one
+#: is answered goes in the next one at once, rather than after it (see the module docstring)
+IN_FLIGHT = 2
 TEXT = b"text/plain; charset=utf-8"
 JSON = b"application/json"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
@@ -121,28 +128,34 @@ def single_shape(route: str, url: bytes, generators: dict[str, str]) -> Shape | 
 
 #: one waiting request: ``render`` (its ID -> content type and body), ``reply`` (the
 #: transport's: ``(status, ctype, body, headers, route)``), its ``route``, ``failed``
-#: (a refusal or forward error, relayed as for an unbatched forward) and ``suffix`` (the
-#: header lines added to the owner's: which node it came from)
+#: (``failed(reply, answer, error)``: a refusal or forward error, relayed as for an
+#: unbatched forward) and ``suffix`` (the header lines added to the owner's: which node
+#: it came from)
 Waiter = tuple[Callable[[bytes], tuple[bytes, bytes]], Callable[[Any], None], str,
-               Callable[[Relayed | None, ForwardError | None], None], bytes]
+               Callable[[Callable[[Any], None], Relayed | None, ForwardError | None], None],
+               bytes]
 Group = tuple[str, bytes, bytes | None]   # owner's advertise URL, generator, Authorization
 
 
 class _Queue:
-    __slots__ = ("busy", "limit", "waiting")
+    __slots__ = ("in_flight", "limit", "scheduled", "waiting")
 
     def __init__(self) -> None:
-        self.busy = False
+        self.in_flight = 0         # upstream requests sent and not answered yet
+        self.scheduled = False     # a send is due at the end of the loop's round
         self.limit = MAX_BATCH
         self.waiting: list[Waiter] = []
 
 
 class Coalescer:
     """Batches of single-ID forwards, per (owner, generator, ``Authorization``); see the
-    module docstring. On the event loop only, like the :class:`Forwarder` it sends by."""
+    module docstring. On the event loop only, like the :class:`Forwarder` it sends by.
+    ``in_flight``: upstream requests of one group at a time (1: a batch is sent only once
+    the one before it is answered)."""
 
-    def __init__(self, forwarder: Forwarder) -> None:
+    def __init__(self, forwarder: Forwarder, in_flight: int = IN_FLIGHT) -> None:
         self.forwarder = forwarder
+        self.in_flight = in_flight
         self._queues: dict[Group, _Queue] = {}
         #: upstream requests sent; requests they answered, and those answered with an ID
         self.batches = 0
@@ -155,23 +168,25 @@ class Coalescer:
         if queue is None:
             queue = self._queues[group] = _Queue()
         queue.waiting.append(waiter)
-        if not queue.busy:   # sent once the loop has read what arrived with it
-            queue.busy = True
-            asyncio.get_running_loop().call_soon(self._send, group, queue)
+        if not queue.scheduled and queue.in_flight < self.in_flight:
+            self._schedule(group, queue)
+
+    def _schedule(self, group: Group, queue: _Queue) -> None:
+        """Send at the end of this round of the loop: with what it read meanwhile."""
+        queue.scheduled = True
+        asyncio.get_running_loop().call_soon(self._send, group, queue)
 
     def _send(self, group: Group, queue: _Queue) -> None:
         """Send the next batch: the requests waiting now (nothing that arrives after)."""
-        if not queue.waiting:
-            queue.busy = False
-            if len(self._queues) > 1024:   # many tokens or owners over time: forget idle ones
-                self._queues.pop(group, None)
-            return
+        queue.scheduled = False
+        if not queue.waiting or queue.in_flight >= self.in_flight:
+            return   # an answer sends what waits
         n = min(len(queue.waiting), queue.limit)
         if n == len(queue.waiting):
             batch, queue.waiting = queue.waiting, []
         else:
             batch, queue.waiting = queue.waiting[:n], queue.waiting[n:]
-        queue.busy = True
+        queue.in_flight += 1
         self.batches += 1
 
         def done(answer: Relayed | None, exc: ForwardError | None) -> None:
@@ -183,12 +198,15 @@ class Coalescer:
     def _answered(self, group: Group, queue: _Queue, batch: list[Waiter],
                   answer: Relayed | None, exc: ForwardError | None) -> None:
         n = len(batch)
+        queue.in_flight -= 1
         if answer is not None and answer[0] == 400 and n > 1:
             # the owner's --max-count is below the batch: nothing was spent; the same
             # requests again (ahead of anything that arrived since), in smaller batches
             queue.limit = max(1, n // 2)
             queue.waiting[:0] = batch
             self._send(group, queue)
+            if queue.waiting and not queue.scheduled and queue.in_flight < self.in_flight:
+                self._schedule(group, queue)
             return
         values: list[bytes] | None = None
         if answer is not None and answer[0] == 200:
@@ -199,13 +217,14 @@ class Coalescer:
         # the next batch: the requests waiting when it is sent, once the loop has read what
         # arrived with this answer (nothing that arrives after: a later batch)
         if queue.waiting:
-            asyncio.get_running_loop().call_soon(self._send, group, queue)
-        else:
-            self._send(group, queue)   # nothing waits: the queue is idle again
+            if not queue.scheduled:
+                self._schedule(group, queue)
+        elif not queue.in_flight and len(self._queues) > 1024:
+            self._queues.pop(group, None)   # many tokens or owners over time: forget idle ones
         self.requests += n
         if values is None:
             for waiter in batch:
-                waiter[3](answer, exc)
+                waiter[3](waiter[1], answer, exc)
             return
         assert answer is not None
         self.served += n

@@ -72,8 +72,8 @@ class _Reject(Exception):
 class HttpProtocol(asyncio.Protocol):
     """One client connection."""
 
-    __slots__ = ("_auth", "_body", "_head_seen", "_header_bytes", "_hints", "_in_head", "_inbuf",
-                 "_queue", "_reading", "_t0", "_task", "_url", "busy", "close_when_done",
+    __slots__ = ("_auth", "_body", "_fwd", "_head_seen", "_header_bytes", "_hints", "_in_head",
+                 "_inbuf", "_queue", "_reading", "_t0", "_task", "_url", "busy", "close_when_done",
                  "closing", "deadline", "got_bytes", "parser", "paused", "service", "server",
                  "transport", "waiting", "write_deadline")
 
@@ -103,6 +103,7 @@ class HttpProtocol(asyncio.Protocol):
         self.busy = False
         self.close_when_done = False
         self._task: asyncio.Task[Any] | None = None
+        self._fwd: tuple[bool, int] = (True, 0)   # a forward_one request: keep-alive, t0
 
     # -- connection ----------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -297,6 +298,13 @@ class HttpProtocol(asyncio.Protocol):
             strict = service.strict_fast.get(url) if service.strict_fast else None
             if strict is None or method != b"GET" or (
                     hints is not None and hints.view_epoch is not None):
+                if (hints is not None and hints.forwarded_by is not None
+                        and hints.view_epoch is None and method == b"GET"):
+                    # a coalescing node's batch for a key this node owns (coalesce.py)
+                    answer = service.forwarded_batch(url)
+                    if answer is not None:
+                        self._answer(method, answer, keep_alive, t0)
+                        return
                 self._handle(method, url, auth, keep_alive, t0, hints)
                 return
             # cluster mode: a strict key this node owns, its IDs in memory (every check of
@@ -304,6 +312,15 @@ class HttpProtocol(asyncio.Protocol):
             # waits for the hand-off in a thread
             got = strict[1](strict[0])
             if got is None:
+                # another node owns the key: forwarded with its other single-ID requests
+                # (ClusterHttp.forward_one); a refill, a moving key, a 421: handle()
+                forward = service.forward_one
+                if hints is None and forward is not None:
+                    self.busy = True
+                    self._fwd = (keep_alive, t0)
+                    if forward(strict[0], url, auth, self._forwarded):
+                        return
+                    self.busy = False
                 self._handle(method, url, auth, keep_alive, t0, hints)
                 return
             value = got[0]
@@ -339,6 +356,16 @@ class HttpProtocol(asyncio.Protocol):
         else:
             self._send(status, ctype, body, headers, keep_alive)
         self.service.stats.observe(route, status, _perf() - t0)
+
+    def _forwarded(self, answer: tuple[Any, ...]) -> None:
+        """The answer to a request :meth:`ClusterHttp.forward_one` took (a GET)."""
+        if not self.busy:   # answered already (a callback must not answer twice)
+            return
+        self.busy = False
+        keep_alive, t0 = self._fwd
+        self._answer(b"GET", answer, keep_alive and not self.close_when_done, t0)
+        if not self.closing:
+            self._pump()
 
     def _defer(self, pending: Pending, method: bytes, keep_alive: bool, t0: int) -> None:
         """Answer once ``pending`` is done; the connection reads and answers nothing else

@@ -58,6 +58,8 @@ class ServiceBase:
     cluster: ClusterHttp | None
     cluster_memory: NonBlockingKeys | None
     strict: dict[str, str]     # strict generator name -> its segment key
+    #: forwarded batch URL -> (strict generator, its key, count) (StrictRoutes.forwarded_batch)
+    _batch_urls: dict[bytes, tuple[str, str, int]]
     segment_keys: dict[str, str]
     snowflakes: list[str]
     tables: KeyTables

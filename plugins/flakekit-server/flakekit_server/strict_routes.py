@@ -18,6 +18,10 @@ from flakekit_server.service_base import ServiceBase
 
 __all__ = ["StrictRoutes"]
 
+_NEXT = b"/api/v1/next/"
+#: forwarded batch URLs whose generator and count are remembered (forwarded_batch)
+BATCH_URLS_KEPT = 4096
+
 
 class StrictRoutes(ServiceBase):
     """The strict keys of an :class:`~flakekit_server.app.IdService` in cluster mode."""
@@ -105,6 +109,43 @@ class StrictRoutes(ServiceBase):
             return 200, TEXT, b"%d" % value, epoch_header(epoch), "leaf_segment"
 
         return self._in_thread(name, 1, work, ctx, auth, "leaf_segment")
+
+    def forwarded_batch(self, url: bytes) -> Response | None:
+        """The transport's path for what a coalescing node sends an owner,
+        ``/api/v1/next/NAME?count=N`` with ``X-Flakekit-Forwarded-By``: answered on the
+        loop, as :meth:`_strict_next` answers it, when NAME is an open strict generator
+        whose IDs are in memory on this owner; None otherwise (the long way round)."""
+        memory = self.cluster_memory
+        if memory is None:
+            return None
+        known = self._batch_urls.get(url)
+        if known is None:
+            known = self._batch_url(url)
+            if known is None:
+                return None
+            if len(self._batch_urls) >= BATCH_URLS_KEPT:
+                self._batch_urls.clear()
+            self._batch_urls[url] = known
+        name, key, count = known
+        got = memory.try_next_ids(key, count)
+        if got is None:
+            return None
+        self.issued[name] += count
+        return self.bodies.format(name, count, "numbers", got[0], None, epoch_header(got[1]))
+
+    def _batch_url(self, url: bytes) -> tuple[str, str, int] | None:
+        path, _, query = url.partition(b"?")
+        if not path.startswith(_NEXT) or not query.startswith(b"count="):
+            return None
+        name = path[len(_NEXT):].decode("latin-1")
+        raw = query[6:]
+        if (name not in self.strict or self.options.tokens.protected(name)
+                or not raw.isdigit() or len(raw) > 6):
+            return None
+        count = int(raw)
+        if not 1 <= count <= self.options.max_count or count >= self.options.offload_count:
+            return None
+        return name, self.strict[name], count
 
     def _strict_next(self, name: str, count: int, fmt: str, ctx: tuple[Any, ...],
                      auth: bytes | None) -> Response | Pending:

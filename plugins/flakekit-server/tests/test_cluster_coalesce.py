@@ -15,7 +15,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from cluster_testing import Recorder, check_ids
+from cluster_testing import Recorder, check_ids, metric
 from flakekit_server.coalesce import Coalescer, single_shape
 from flakekit_server.forward import Forwarder, ForwardError
 
@@ -37,6 +37,7 @@ class Owner:
         self.refusal = b""
         self.extra = 0
         self.max_count = 0                   # > 0: a larger count is a 400
+        self.release_newest = False
         self.headers: list[dict[str, str]] = []
         self._gates: list[asyncio.Event] = []
         self.received = asyncio.Event()
@@ -53,10 +54,10 @@ class Owner:
         return f"http://127.0.0.1:{self.port}"
 
     async def release(self) -> None:
-        """Let the oldest held answer go."""
+        """Let the oldest held answer go (the newest with ``release_newest``)."""
         while not self._gates:
             await self._wait_received()
-        self._gates.pop(0).set()
+        self._gates.pop(-1 if self.release_newest else 0).set()
 
     async def _wait_received(self) -> None:
         self.received.clear()
@@ -125,8 +126,12 @@ class Client:
             assert not future.done(), "answered twice"
             future.set_result(exc if exc is not None else answer[:4])
 
+        def failed(reply: Any, answer: Any, exc: ForwardError | None) -> None:
+            assert reply is answered
+            answered(answer, exc)
+
         self.coalescer.submit((self.advertise, shape[0], self.auth),
-                              (shape[1], answered, route, answered, b"X-Via: n9\r\n"))
+                              (shape[1], answered, route, failed, b"X-Via: n9\r\n"))
         self.futures.append(future)
         return future
 
@@ -178,12 +183,47 @@ def test_the_shapes_that_coalesce():
         assert single_shape(route, url, gens) is None, url
 
 
+async def _rounds(n: int = 3) -> None:
+    """Let the loop run a few rounds: a send due at the end of a round has been made."""
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
 @with_owner
 async def test_a_batch_serves_only_requests_that_arrived_before_it_was_sent(owner, client):
     coalescer = client.coalescer
     a = client.submit()
     await owner.wait_batches(1)              # A's batch is in flight, held
+    b, c = client.submit(), client.submit()  # a second batch goes at once: B and C
+    await owner.wait_batches(2)
+    d = client.submit()                      # two in flight (IN_FLIGHT): D waits
+    await _rounds()
+    assert coalescer.batches == 2 and owner.counts == [1, 2]
+    await owner.release()                    # A answered: D goes, alone
+    await owner.wait_batches(3)
+    await owner.release()
+    await owner.release()
+    answers = [await f for f in (a, b, c, d)]
+    assert owner.counts == [1, 2, 1]
+    assert [x[2] for x in answers] == [b"1", b"2", b"3", b"4"]   # the owner's draw order
+    for status, ctype, _, headers in answers:
+        assert status == 200 and ctype.startswith(b"text/plain")
+        assert b"X-Flakekit-Owner-Epoch: 7\r\n" in headers
+        assert headers.endswith(b"X-Via: n9\r\n")   # the node it was relayed from
+    # the hop is marked and the caller's token passed on
+    assert {h["x-flakekit-forwarded-by"] for h in owner.headers} == {"n1"}
+    assert {h["authorization"] for h in owner.headers} == {"Bearer t"}
+    assert (coalescer.batches, coalescer.requests, coalescer.served) == (3, 4, 4)
+
+
+@with_owner
+async def test_one_in_flight_sends_the_next_batch_once_the_last_is_answered(owner, client):
+    client = Client(Coalescer(client.coalescer.forwarder, in_flight=1), owner.advertise)
+    a = client.submit()
+    await owner.wait_batches(1)              # A's batch is in flight, held
     b, c = client.submit(), client.submit()  # they wait
+    await _rounds()
+    assert client.coalescer.batches == 1
     await owner.release()                    # A answered; B and C go, as one batch
     await owner.wait_batches(2)
     d = client.submit()                      # arrives after B+C's batch was sent
@@ -194,14 +234,22 @@ async def test_a_batch_serves_only_requests_that_arrived_before_it_was_sent(owne
     answers = [await f for f in (a, b, c, d)]
     assert owner.counts == [1, 2, 1]
     assert [x[2] for x in answers] == [b"1", b"2", b"3", b"4"]   # arrival order
-    for status, ctype, _, headers in answers:
-        assert status == 200 and ctype.startswith(b"text/plain")
-        assert b"X-Flakekit-Owner-Epoch: 7\r\n" in headers
-        assert headers.endswith(b"X-Via: n9\r\n")   # the node it was relayed from
-    # the hop is marked and the caller's token passed on
-    assert {h["x-flakekit-forwarded-by"] for h in owner.headers} == {"n1"}
-    assert {h["authorization"] for h in owner.headers} == {"Bearer t"}
-    assert (coalescer.batches, coalescer.requests, coalescer.served) == (3, 4, 4)
+
+
+@with_owner
+async def test_batches_in_flight_together_may_be_drawn_in_either_order(owner, client):
+    """Two batches in flight hold requests that overlap in time: whichever the owner
+    answers first, every request gets the ID of its batch's draw, in arrival order
+    within the batch, and no ID twice (the owner's order is the only order owed)."""
+    a = client.submit()
+    await owner.wait_batches(1)
+    b, c = client.submit(), client.submit()
+    await owner.wait_batches(2)
+    owner.release_newest = True              # the second batch is drawn first
+    await owner.release()
+    await owner.release()
+    answers = [(await f)[2] for f in (a, b, c)]
+    assert answers == [b"3", b"1", b"2"]
 
 
 @with_owner
@@ -326,3 +374,22 @@ def test_a_coalesced_answer_is_the_owners_answer(start_cluster):
         assert re.sub(rb"\d+", b"N", relayed[2]) == shape, (path, relayed[2], direct[2])
         first = re.findall(rb"\d+", direct[2])[-1]
         assert int(re.findall(rb"\d+", relayed[2])[-1]) > int(first)
+
+
+def test_an_unreachable_owner_is_a_503_on_the_leaf_url(start_cluster):
+    """The transport's forward path (a Leaf URL, no cluster header) answers a dead owner
+    as the long way round does: 503 ``owner_unreachable`` naming the owner, with
+    ``Retry-After``, counted; nothing served."""
+    cluster = start_cluster(2)
+    owner = cluster.owner_of()
+    other = cluster.others(owner)[0]
+    assert other.get(LEAF)[0] == 200              # a pooled connection to the owner
+    before = metric(other, "flakekit_cluster_refused_total", reason="owner_unreachable")
+    cluster.kill9(cluster.index(owner))           # the view names it for a lease still
+    status, headers, body = other.get(LEAF)
+    assert status == 503, body
+    refusal = json.loads(body)
+    assert refusal["error"] == "owner_unreachable" and repr(owner.name) in refusal["message"]
+    assert headers["retry-after"] == "1"
+    after = metric(other, "flakekit_cluster_refused_total", reason="owner_unreachable")
+    assert after == before + 1
