@@ -35,7 +35,9 @@ Every answer of the drills is checked: no ID twice.
 the bottleneck) on two nodes, each row a Leaf URL at full speed, best of ``--repeats``
 rounds interleaved, and prints the ratios issue 24 asks for: a strict key on its owner
 against a plain (``order = "node"``) key on the same node, and a strict key forwarded by
-the other node against the same key asked at its owner::
+the other node against the same key asked at its owner; then the last pair again at four
+times the connections (``--connections``, default 16), where a forwarding node's batches
+are fuller::
 
     .venv/bin/python benchmarks/bench_cluster.py --wrk [--duration 5] [--repeats 3]
 
@@ -343,8 +345,10 @@ end
 """
 
 
-def wrk_row(url: str, args: argparse.Namespace, script: Path) -> dict[str, Any]:
-    out = subprocess.run(["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration:g}s",
+def wrk_row(url: str, args: argparse.Namespace, script: Path,
+            connections: int | None = None) -> dict[str, Any]:
+    out = subprocess.run(["wrk", "-t1", f"-c{connections or args.connections}",
+                          f"-d{args.duration:g}s",
                           "-s", str(script), url], capture_output=True, text=True,
                          timeout=args.duration + 60).stdout
     line = next(ln for ln in out.splitlines() if ln.startswith("FKSTAT"))
@@ -360,21 +364,29 @@ def wrk_rows(args: argparse.Namespace, nodes: list[Node], view: dict[str, Any],
     other = next(n for n in nodes if n.running() and n is not owner)
     script = tmp / "stats.lua"
     script.write_text(WRK_LUA)
-    rows = {"strict, owner": f"{owner.advertise}/api/segment/get/{STRICT_KEY}",
-            "plain, owner": f"{owner.advertise}/api/segment/get/{NODE_KEY}",
-            "strict, forwarded": f"{other.advertise}/api/segment/get/{STRICT_KEY}"}
-    for url in rows.values():   # warm-up: connections, segments, the forwarder's pool
+    direct = f"{owner.advertise}/api/segment/get/{STRICT_KEY}"
+    forwarded = f"{other.advertise}/api/segment/get/{STRICT_KEY}"
+    wide = args.connections * 4
+    # name -> (URL, wrk connections); the last two: the same pair with more concurrency
+    # (a forwarding node's batches fill up; its wake-ups are shared by more requests)
+    rows = {"strict, owner": (direct, args.connections),
+            "plain, owner": (f"{owner.advertise}/api/segment/get/{NODE_KEY}",
+                             args.connections),
+            "strict, forwarded": (forwarded, args.connections),
+            f"strict, owner, c{wide}": (direct, wide),
+            f"strict, forwarded, c{wide}": (forwarded, wide)}
+    for url, _ in list(rows.values())[:3]:   # warm-up: connections, segments, the pool
         wrk_row(url, argparse.Namespace(connections=args.connections, duration=1), script)
     best: dict[str, dict[str, Any]] = {}
     running = [n for n in nodes if n.running()]
     for _ in range(args.repeats):
-        for name, url in rows.items():
+        for name, (url, connections) in rows.items():
             cpu0 = sum(n.cpu_s() for n in running)
-            row = wrk_row(url, args, script)
+            row = wrk_row(url, args, script, connections)
             # CPU of both nodes per request: steadier than req/s on a shared machine
             row["node_cpu_us"] = (sum(n.cpu_s() for n in running) - cpu0) / max(
                 1, row["rps"] * args.duration) * 1e6
-            log(f"  {name:<18} {row['rps']:>9,.0f} req/s p50 {row['p50_ms']:.2f} ms "
+            log(f"  {name:<22} {row['rps']:>9,.0f} req/s p50 {row['p50_ms']:.2f} ms "
                 f"p99 {row['p99_ms']:.2f} ms nodes' CPU {row['node_cpu_us']:.1f} us/request "
                 f"errors {row['errors']}")
             if name not in best or row["rps"] > best[name]["rps"]:
@@ -386,17 +398,21 @@ def wrk_table(best: dict[str, Any], args: argparse.Namespace, load: str) -> str:
     lines = [f"cluster request path, wrk -t1 -c{args.connections}, {args.duration:g} s rows, best "
              f"of {args.repeats}, 2 nodes on {len(os.sched_getaffinity(0))} cores; load "
              f"average {load}",
-             f"{'row':<18} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU us/req':>10} "
+             f"{'row':<22} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU us/req':>10} "
              f"{'errors':>6}"]
     for name, row in best.items():
-        lines.append(f"{name:<18} {row['rps']:>9,.0f} {row['p50_ms']:>7.2f} "
+        lines.append(f"{name:<22} {row['rps']:>9,.0f} {row['p50_ms']:>7.2f} "
                      f"{row['p99_ms']:>7.2f} {row['node_cpu_us']:>10.1f} {row['errors']:>6}")
     owner, plain = best["strict, owner"], best["plain, owner"]
     fwd = best["strict, forwarded"]
+    wide = args.connections * 4
+    wide_owner, wide_fwd = best[f"strict, owner, c{wide}"], best[f"strict, forwarded, c{wide}"]
     lines.append(f"strict on its owner / plain key: {owner['rps'] / plain['rps']:.2f} req/s, "
                  f"{plain['node_cpu_us'] / owner['node_cpu_us']:.2f} per CPU (target >= 0.80); "
                  f"forwarded / direct: {fwd['rps'] / owner['rps']:.2f} req/s, "
-                 f"{owner['node_cpu_us'] / fwd['node_cpu_us']:.2f} per CPU (target >= 0.50)")
+                 f"{owner['node_cpu_us'] / fwd['node_cpu_us']:.2f} per CPU (target >= 0.50); "
+                 f"at {wide} connections: {wide_fwd['rps'] / wide_owner['rps']:.2f} req/s, "
+                 f"{wide_owner['node_cpu_us'] / wide_fwd['node_cpu_us']:.2f} per CPU")
     lines.append("(CPU us/req: both nodes' CPU time during the row per request answered; "
                  "best round by req/s)")
     return "\n".join(lines)
@@ -721,7 +737,10 @@ def main() -> None:
                     "duration": args.duration, "repeats": args.repeats,
                     "connections": args.connections, "table": table,
                     "strict_over_plain": owner["rps"] / best["plain, owner"]["rps"],
-                    "forwarded_over_direct": fwd["rps"] / owner["rps"]}, indent=2)
+                    "forwarded_over_direct": fwd["rps"] / owner["rps"],
+                    "forwarded_over_direct_wide": (
+                        best[f"strict, forwarded, c{args.connections * 4}"]["rps"]
+                        / best[f"strict, owner, c{args.connections * 4}"]["rps"])}, indent=2)
                       if args.json else table)
                 return
             rows: list[dict[str, Any]] = []

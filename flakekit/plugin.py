@@ -136,6 +136,7 @@ if TYPE_CHECKING:  # what mypy reads; the same names as _FROM (a test checks)
         OrdersKeys,
         PeriodStore,
         PollsView,
+        ReadsViewAndMembers,
         SegmentStore,
         ServeShare,
         SeveralLeases,
@@ -257,7 +258,7 @@ _FROM = {
         "GeneratorInfo", "HasKey", "HasLayout", "HasStats", "IssuesIds", "LapseMeansStopped",
         "LeaseTarget", "ListsKeys", "Locates", "NamesLayout", "NonBlocking", "NonBlockingKeys",
         "OrdersKeys",
-        "PeriodStore", "PollsView", "SegmentStore", "ServeShare", "SeveralLeases",
+        "PeriodStore", "PollsView", "ReadsViewAndMembers", "SegmentStore", "ServeShare", "SeveralLeases",
         "StatsRecord", "TellsStalls", "WorkerAllocator", "check_contract"
     ),
     "flakekit.pluginhost.markers": ("hookimpl", "registers"),

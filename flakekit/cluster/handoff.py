@@ -70,9 +70,13 @@ class Handoff(NodeState):
             st.retry_now()
 
     def _members(self) -> list[MemberInfo]:
-        """The membership's records; remembers the longest lease among them, so a node
-        with a shorter lease never takes a crashed longer-leased owner's key early."""
-        infos = self.membership.members(self.settings.name)
+        """The membership's records (:meth:`_noted`)."""
+        return self._noted(self.membership.members(self.settings.name))
+
+    def _noted(self, infos: list[MemberInfo]) -> list[MemberInfo]:
+        """``infos``, just read: remembers the longest lease among them, so a node with a
+        shorter lease never takes a crashed longer-leased owner's key early, and when each
+        record was first read as it is."""
         seen = self.clock.monotonic_ns()   # after the read: every renewal it shows was sent before
         longest = max((i.lease_ms for i in infos), default=0) / 1000
         with self._lock:

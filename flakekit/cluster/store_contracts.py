@@ -33,6 +33,7 @@ __all__ = [
     "MemberLease",
     "Membership",
     "PollsView",
+    "ReadsViewAndMembers",
     "ServeShare",
     "check_key_segment",
     "lapse_wait_ns",
@@ -213,6 +214,15 @@ class PollsView(Protocol):
     epoch every ``view_poll_s`` seconds, so a planned hand-off moves in about that time."""
 
     view_poll_s: float
+
+
+@runtime_checkable
+class ReadsViewAndMembers(Protocol):
+    """A :class:`PollsView` membership that reads the view and the member records in one
+    round (``view_and_members(cluster) -> (View, [MemberInfo])``): what a node polls. A
+    membership without it is asked ``view`` and ``members`` one after the other."""
+
+    def view_and_members(self, cluster: str) -> tuple[View, list[MemberInfo]]: ...
 
 
 @attrs.frozen

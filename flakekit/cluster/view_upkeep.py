@@ -10,7 +10,7 @@ import logging
 
 from flakekit.cluster.handoff import Handoff
 from flakekit.cluster.key_state import IDLE, OWNED, RELEASING
-from flakekit.cluster.store_contracts import PollsView
+from flakekit.cluster.store_contracts import PollsView, ReadsViewAndMembers
 from flakekit.errors import FlakekitError
 from flakekit.values.cluster import View
 from flakekit.values.owners import OwnerMap
@@ -59,9 +59,14 @@ class ViewUpkeep(Handoff):
         if not poll or now < self._poll_due_ns:
             return
         self._poll_due_ns = now + round(poll * 1e9)
+        name = self.settings.name
         try:
-            view = self.membership.view(self.settings.name)
-            infos = self._judged(self._members())
+            if isinstance(self.membership, ReadsViewAndMembers):   # one round (SQL)
+                view, read = self.membership.view_and_members(name)
+                infos = self._judged(self._noted(read))
+            else:
+                view = self.membership.view(name)
+                infos = self._judged(self._members())
         except FlakekitError:
             return   # the renewal and the refresh report the store's trouble
         self._lease_view(view.epoch)

@@ -13,8 +13,8 @@ capability with its own protocol (:class:`HasStats` returning a
 with ``getattr``. Allocators, stores and memberships declare theirs the same way
 (:class:`SeveralLeases`, :class:`CountsWorkers`, :class:`FixedWorker`,
 :class:`ListsKeys`, :class:`PeriodStore`, :class:`Locates`, :class:`TellsStalls`,
-:class:`LapseMeansStopped`, :class:`PollsView`, :class:`ServeShare`,
-:class:`LeaseGranularity`).
+:class:`LapseMeansStopped`, :class:`PollsView`, :class:`ReadsViewAndMembers`,
+:class:`ServeShare`, :class:`LeaseGranularity`).
 
 ``Clock``, ``WorkerAllocator`` and its capabilities, the lease machine's ``Lease`` /
 ``LeaseSource`` / ``LeaseTarget`` / ``LeaseEvents`` / ``Pushes``, the key-value lease
@@ -36,6 +36,7 @@ from flakekit.cluster.store_contracts import (
     LapseMeansStopped,
     Membership,
     PollsView,
+    ReadsViewAndMembers,
     ServeShare,
 )
 from flakekit.errors import ContractError
@@ -97,6 +98,7 @@ __all__ = [
     "PeriodStore",
     "PollsView",
     "Pushes",
+    "ReadsViewAndMembers",
     "SegmentStore",
     "ServeShare",
     "SeveralLeases",

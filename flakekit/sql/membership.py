@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
@@ -109,6 +109,23 @@ VIEW_EPOCH_SKIP = 1_000_000
 
 _m = members_table.c
 _v = cluster_view.c
+#: what a node reads every view_poll_s, built once (a statement built per call costs
+#: more CPU than its round trip)
+_VIEW_SELECT = select(_v.epoch, _v.members, _v.changed_at).where(
+    _v.cluster == bindparam("cluster"))
+_MEMBERS_SELECTS: dict[str, Any] = {}
+
+
+def _members_select(dialect: str) -> Any:
+    """Every member row of ``:cluster`` with the database's time (per dialect)."""
+    query = _MEMBERS_SELECTS.get(dialect)
+    if query is None:
+        query = _MEMBERS_SELECTS[dialect] = (
+            select(_m.node, _m.advertise, _m.weight, _m.holder, _m.incarnation, _m.state,
+                   _m.last_seen, _m.lease_ms, _m.renewals, _m.config_digest,
+                   db_now(dialect).label("now"))
+            .where(_m.cluster == bindparam("cluster")).order_by(_m.node))
+    return query
 
 
 def _check_text(field: str, value: object, empty: bool = False) -> str:
@@ -427,14 +444,34 @@ class SqlMembership:
         try:
             self.ensure_schema()
             with self.engine.connect() as conn:
-                rows = conn.execute(
-                    select(_m.node, _m.advertise, _m.weight, _m.holder, _m.incarnation,
-                           _m.state, _m.last_seen, _m.lease_ms, _m.renewals,
-                           _m.config_digest, db_now(dialect_of(conn)).label("now"))
-                    .where(_m.cluster == cluster).order_by(_m.node)
-                ).mappings().all()
+                return self._read_members(conn, cluster)
         except SQLAlchemyError as exc:
             raise self._error(f"listing the members of {cluster!r}", exc) from None
+
+    def view(self, cluster: str) -> View:
+        """The stored view; ``View(cluster, 0, ())`` before the first proposal."""
+        try:
+            self.ensure_schema()
+            with self.engine.connect() as conn:
+                return self._read_view(conn, cluster)
+        except SQLAlchemyError as exc:
+            raise self._error(f"reading the view of {cluster!r}", exc) from None
+
+    def view_and_members(self, cluster: str) -> tuple[View, list[MemberInfo]]:
+        """:meth:`view`, then :meth:`members`, on one connection: what a node polls every
+        ``view_poll_s`` (one pool check-out, its ping and its reset, not two)."""
+        try:
+            self.ensure_schema()
+            with self.engine.connect() as conn:
+                return self._read_view(conn, cluster), self._read_members(conn, cluster)
+        except SQLAlchemyError as exc:
+            raise self._error(f"reading the view and the members of {cluster!r}",
+                              exc) from None
+
+    @staticmethod
+    def _read_members(conn: Connection, cluster: str) -> list[MemberInfo]:
+        rows = conn.execute(_members_select(dialect_of(conn)),
+                            {"cluster": cluster}).mappings().all()
         out = []
         for r in rows:
             age = _ms_between(r["now"], r["last_seen"])
@@ -447,19 +484,9 @@ class SqlMembership:
                                   str(r["config_digest"] or "")))
         return out
 
-    def view(self, cluster: str) -> View:
-        """The stored view; ``View(cluster, 0, ())`` before the first proposal."""
-        try:
-            self.ensure_schema()
-            with self.engine.connect() as conn:
-                return self._read_view(conn, cluster)
-        except SQLAlchemyError as exc:
-            raise self._error(f"reading the view of {cluster!r}", exc) from None
-
     @staticmethod
     def _read_view(conn: Connection, cluster: str) -> View:
-        row = conn.execute(select(_v.epoch, _v.members, _v.changed_at)
-                           .where(_v.cluster == cluster)).first()
+        row = conn.execute(_VIEW_SELECT, {"cluster": cluster}).first()
         if row is None:
             return View(cluster, 0, ())
         changed = ns_of(aware_utc(row[2]))

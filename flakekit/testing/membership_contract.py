@@ -34,7 +34,12 @@ from typing import Any
 
 import pytest
 
-from flakekit.cluster.store_contracts import JoinRequest, MemberLease, Membership
+from flakekit.cluster.store_contracts import (
+    JoinRequest,
+    MemberLease,
+    Membership,
+    ReadsViewAndMembers,
+)
 from flakekit.errors import BackendError, LeaseLostError
 from flakekit.testing.contract_clock import OnWallClock
 from flakekit.testing.threads import in_threads
@@ -359,6 +364,24 @@ class MembershipContract(OnWallClock):
         assert second is not None and second.epoch == 2 and second.nodes() == ("b",)
         assert second.changed_at_ms >= first.changed_at_ms
         assert membership.view(cluster) == second
+
+    def test_view_and_members_in_one_round_read_what_each_reads(
+            self, make_membership: MakeMembership, cluster: str) -> None:
+        """A membership that reads both at once (``ReadsViewAndMembers``, what a node
+        polls) reads the view and the member records its ``view`` and ``members`` read."""
+        membership = make_membership()
+        if not isinstance(membership, ReadsViewAndMembers):
+            pytest.skip("this membership reads the view and the members apart")
+        assert membership.view_and_members(cluster) == (View(cluster, 0, ()), [])
+        membership.acquire(self.request(cluster, "a", weight=3))
+        make_membership().acquire(self.request(cluster, "b"))
+        proposed = membership.propose(cluster, 0, [Member("a", "http://a.test:8080", 3)])
+        view, infos = membership.view_and_members(cluster)
+        assert view == proposed == membership.view(cluster)
+        apart = membership.members(cluster)
+        assert [(i.member, i.state, i.holder, i.incarnation, i.lease_ms) for i in infos] == [
+            (i.member, i.state, i.holder, i.incarnation, i.lease_ms) for i in apart]
+        assert [i.node for i in infos] == ["a", "b"]
 
     def test_propose_on_a_stale_epoch_changes_nothing(self, make_membership: MakeMembership,
                                                       cluster: str) -> None:
