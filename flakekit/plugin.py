@@ -257,9 +257,9 @@ _FROM = {
         "Allocation", "CountsWorkers", "Describes", "FixedWorker", "FormatsIds", "Generator",
         "GeneratorInfo", "HasKey", "HasLayout", "HasStats", "IssuesIds", "LapseMeansStopped",
         "LeaseTarget", "ListsKeys", "Locates", "NamesLayout", "NonBlocking", "NonBlockingKeys",
-        "OrdersKeys",
-        "PeriodStore", "PollsView", "ReadsViewAndMembers", "SegmentStore", "ServeShare", "SeveralLeases",
-        "StatsRecord", "TellsStalls", "WorkerAllocator", "check_contract"
+        "OrdersKeys", "PeriodStore", "PollsView", "ReadsViewAndMembers", "SegmentStore",
+        "ServeShare", "SeveralLeases", "StatsRecord", "TellsStalls", "WorkerAllocator",
+        "check_contract"
     ),
     "flakekit.pluginhost.markers": ("hookimpl", "registers"),
     "flakekit.pluginhost.registry": (

@@ -41,8 +41,9 @@ __all__ = ["OFFLOAD_COUNT", "HttpError", "IdService", "Pending", "ServerOptions"
 Endpoint = Callable[[bytes, bytes | None], Response | Pending]
 #: the transport's hot path: URL -> (generator, draw, metrics route, histogram)
 FastRoute = tuple[str, Callable[[], int | None], str, list[int]]
-#: the same for an owned strict key: URL -> (cluster key, the node's try_next_id, histogram)
-StrictFastRoute = tuple[str, Callable[[str], tuple[int, int] | None], list[int]]
+#: the same for a strict key: URL -> (cluster key, the node's try_next_id, histogram of its IDs
+#: served here, histogram of its forwarded answers)
+StrictFastRoute = tuple[str, Callable[[str], tuple[int, int] | None], list[int], list[int]]
 #: a URL prefix, its handler ``(service, rest of the path, query, authorization, ctx)``
 #: and its metrics route
 Prefix = tuple[str, Callable[..., Response | Pending], str]
@@ -170,9 +171,10 @@ class IdService(LeafRoutes, ApiRoutes, OpsRoutes):
 
     def _strict_fast_routes(self) -> dict[bytes, StrictFastRoute]:
         """Cluster mode: the Leaf URLs of strict keys -> (the cluster key, the node's
-        ``try_next_id``, the URL's histogram of 200 answers). The transport serves an
-        owned key whose IDs are in memory on the loop; anything else goes through
-        :meth:`handle`."""
+        ``try_next_id``, the URL's histogram of 200 answers served here, and of those
+        forwarded: not IDs this node issued). The transport serves an owned key whose IDs
+        are in memory on the loop and forwards one another node owns
+        (:meth:`ClusterHttp.forward_one`); anything else goes through :meth:`handle`."""
         memory = self.cluster_memory
         if memory is None:
             return {}
@@ -182,7 +184,8 @@ class IdService(LeafRoutes, ApiRoutes, OpsRoutes):
             if (name in self.strict and not self.options.tokens.protected(name)
                     and KEY_RE.fullmatch(url_key)):
                 out[url] = (self.strict[name], memory.try_next_id,
-                            self._histogram(name, url, "leaf_segment"))
+                            self._histogram(name, url, "leaf_segment"),
+                            self.stats.ok_histogram((b"forwarded", url), "leaf_segment"))
         return out
 
     def close(self) -> None:

@@ -345,6 +345,8 @@ def test_forwarded_and_direct_requests_are_linearizable(start_cluster):
     owner = cluster.owner_of()
     other = cluster.others(owner)[0]
     before = _coalesced(other)
+    ok_before = metric(other, "flakekit_http_requests_total", route="leaf_segment", code="200")
+    issued_before = metric(other, "flakekit_ids_issued_total", generator="orders")
     recorder = Recorder([other, owner, other], path=LEAF, clients=9)
     records = recorder.run(150)
     assert not recorder.errors
@@ -355,6 +357,10 @@ def test_forwarded_and_direct_requests_are_linearizable(start_cluster):
     forwarded = sum(1 for r in records if r.node == other.name)
     assert after["requests"] - before["requests"] == forwarded
     assert 0 < after["batches"] - before["batches"] <= forwarded
+    # the forwarding node counts the answers it relayed, not as IDs it issued
+    ok_after = metric(other, "flakekit_http_requests_total", route="leaf_segment", code="200")
+    assert ok_after - ok_before == forwarded
+    assert metric(other, "flakekit_ids_issued_total", generator="orders") == issued_before
 
 
 def test_a_coalesced_answer_is_the_owners_answer(start_cluster):
