@@ -370,13 +370,14 @@ class MembershipContract(OnWallClock):
         """A membership that reads both at once (``ReadsViewAndMembers``, what a node
         polls) reads the view and the member records its ``view`` and ``members`` read."""
         membership = make_membership()
-        if not isinstance(membership, ReadsViewAndMembers):
+        together = membership
+        if not isinstance(together, ReadsViewAndMembers):
             pytest.skip("this membership reads the view and the members apart")
-        assert membership.view_and_members(cluster) == (View(cluster, 0, ()), [])
+        assert together.view_and_members(cluster) == (View(cluster, 0, ()), [])
         membership.acquire(self.request(cluster, "a", weight=3))
         make_membership().acquire(self.request(cluster, "b"))
         proposed = membership.propose(cluster, 0, [Member("a", "http://a.test:8080", 3)])
-        view, infos = membership.view_and_members(cluster)
+        view, infos = together.view_and_members(cluster)
         assert view == proposed == membership.view(cluster)
         apart = membership.members(cluster)
         assert [(i.member, i.state, i.holder, i.incarnation, i.lease_ms) for i in infos] == [
