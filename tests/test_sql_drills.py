@@ -66,6 +66,31 @@ def prepare(url: str) -> None:
     engine.dispose()
 
 
+def pause_outside_a_transaction(proc: subprocess.Popen, url: str) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no transaction open (this drill's subject is a
+    paused holder whose row can be reclaimed; one stopped inside its heartbeat holds the
+    row lock, which tests/test_stuck_peer.py covers). Stopped inside one (a session of
+    the drill's database idle in a transaction for 0.3 s: the other nodes' transactions
+    last milliseconds), it is resumed and stopped again."""
+    engine = create_engine(url)
+    try:
+        for _ in range(50):
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(0.3)
+            with engine.connect() as conn:
+                held = conn.exec_driver_sql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND pid <> pg_backend_pid() AND state = 'idle in transaction'"
+                    " AND state_change < now() - interval '0.25 seconds'").scalar()
+            if not held:
+                return
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.1)
+        raise AssertionError("the holder was inside a transaction at every SIGSTOP")
+    finally:
+        engine.dispose()
+
+
 def acquire_many(url: str, threads: int, start_in: float,
                  identities: list[list[str]]) -> list[dict[str, Any]]:
     """One ``drills/acquire_many.py`` process per identity (host, or host and port) with
@@ -101,8 +126,7 @@ class TestPausedHolder:
             blocker = node(pg_url, tmp_path / "c.txt", "--run", "--host", "10.0.0.3",
                            "--interval", "0.05")
             assert lease_of(tmp_path / "c.txt")[0] == 1
-            a.send_signal(signal.SIGSTOP)
-            time.sleep(0.3)
+            pause_outside_a_transaction(a, pg_url)
             before = len(ids(a_out))
             time.sleep(3.5)  # past the 3 s tier: A's row is reclaimable
             b = node(pg_url, b_out, "--count", "200", "--host", "10.0.0.2")
