@@ -223,11 +223,13 @@ else
     lane "$(label_of 0 "not slow, $workers processes")" "${venvs[0]}" -m "not slow" -n "$workers" "$@"
   fi
   # the slow drills on servers of their own that mostly wait (conftest.py SLOW_BESIDE): at
-  # nice 10 beside the others (alone when the lanes do not overlap)
+  # nice 10 beside the others (alone when the lanes do not overlap). Native tracebacks:
+  # formatting one of their failures, pytest's long form (ast.parse of the source) hit a
+  # CPython 3.11 SystemError and the run ended in INTERNALERROR without naming the failure
   if [ "$overlap" = 1 ]; then
     (renice -n 10 -p "$BASHPID" >/dev/null
      lane "$(label_of 0 "slow, beside at nice 10: slow_beside")" "${venvs[0]}" \
-       -m "slow and slow_beside" "$@") >"$work/slow-beside.log" 2>&1 &
+       -m "slow and slow_beside" --tb=native "$@") >"$work/slow-beside.log" 2>&1 &
     slow_side=$!
     cleanups+=('kill "$slow_side" 2>/dev/null')
   else
