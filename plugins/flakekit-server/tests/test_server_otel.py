@@ -41,7 +41,9 @@ def named(exporter, name):
 
 @pytest.fixture
 def kit(tmp_path):
-    kit = flakekit.load(sqlite_config(tmp_path, {"invoice": 100}, heartbeat="200ms"))
+    # the default heartbeat (seconds): a background renewal racing the tests' own
+    # renew_once would replace the lease under it and make that call return False
+    kit = flakekit.load(sqlite_config(tmp_path, {"invoice": 100}))
     yield kit
     kit.close()
 
@@ -137,7 +139,7 @@ def test_nothing_is_imported_without_opentelemetry(tmp_path):
     """opentelemetry made unimportable (as if not installed): a kit with the server plugin
     fetches, renews and draws, and neither opentelemetry nor flakekit_server.otel is ever
     imported."""
-    config = sqlite_config(tmp_path, {"invoice": 100}, heartbeat="200ms")
+    config = sqlite_config(tmp_path, {"invoice": 100})
     script = textwrap.dedent(f"""
         import json, sys
 
