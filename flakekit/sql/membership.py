@@ -46,7 +46,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 from sqlalchemy import bindparam, func, insert, select, update
@@ -96,6 +96,7 @@ from flakekit.values.nanoseconds import NS_PER_S as NS
 __all__ = ["SqlMembership"]
 
 log = logging.getLogger("flakekit.cluster.sql")
+_T = TypeVar("_T")
 
 #: the column sizes of flakekit_members (checked before any SQL runs)
 _LIMITS = {"cluster": 64, "node": 128, "advertise": 255}
@@ -441,32 +442,30 @@ class SqlMembership:
     # -- view half -------------------------------------------------------------------------
     def members(self, cluster: str) -> list[MemberInfo]:
         """Every member row of ``cluster`` with its state on the database clock."""
-        try:
-            self.ensure_schema()
-            with self.engine.connect() as conn:
-                return self._read_members(conn, cluster)
-        except SQLAlchemyError as exc:
-            raise self._error(f"listing the members of {cluster!r}", exc) from None
+        return self._reading(f"listing the members of {cluster!r}",
+                             lambda conn: self._read_members(conn, cluster))
 
     def view(self, cluster: str) -> View:
         """The stored view; ``View(cluster, 0, ())`` before the first proposal."""
-        try:
-            self.ensure_schema()
-            with self.engine.connect() as conn:
-                return self._read_view(conn, cluster)
-        except SQLAlchemyError as exc:
-            raise self._error(f"reading the view of {cluster!r}", exc) from None
+        return self._reading(f"reading the view of {cluster!r}",
+                             lambda conn: self._read_view(conn, cluster))
 
     def view_and_members(self, cluster: str) -> tuple[View, list[MemberInfo]]:
         """:meth:`view`, then :meth:`members`, on one connection: what a node polls every
         ``view_poll_s`` (one pool check-out, its ping and its reset, not two)."""
+        return self._reading(
+            f"reading the view and the members of {cluster!r}",
+            lambda conn: (self._read_view(conn, cluster), self._read_members(conn, cluster)))
+
+    def _reading(self, what: str, read: Callable[[Connection], _T]) -> _T:
+        """``read`` on one pooled connection; a database error as the store's error,
+        saying ``what`` failed."""
         try:
             self.ensure_schema()
             with self.engine.connect() as conn:
-                return self._read_view(conn, cluster), self._read_members(conn, cluster)
+                return read(conn)
         except SQLAlchemyError as exc:
-            raise self._error(f"reading the view and the members of {cluster!r}",
-                              exc) from None
+            raise self._error(what, exc) from None
 
     @staticmethod
     def _read_members(conn: Connection, cluster: str) -> list[MemberInfo]:

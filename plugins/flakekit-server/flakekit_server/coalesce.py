@@ -150,12 +150,12 @@ class _Queue:
 class Coalescer:
     """Batches of single-ID forwards, per (owner, generator, ``Authorization``); see the
     module docstring. On the event loop only, like the :class:`Forwarder` it sends by.
-    ``in_flight``: upstream requests of one group at a time (1: a batch is sent only once
-    the one before it is answered)."""
+    ``max_in_flight``: upstream requests of one group at a time (1: a batch is sent only
+    once the one before it is answered)."""
 
-    def __init__(self, forwarder: Forwarder, in_flight: int = IN_FLIGHT) -> None:
+    def __init__(self, forwarder: Forwarder, max_in_flight: int = IN_FLIGHT) -> None:
         self.forwarder = forwarder
-        self.in_flight = in_flight
+        self.max_in_flight = max_in_flight
         self._queues: dict[Group, _Queue] = {}
         #: upstream requests sent; requests they answered, and those answered with an ID
         self.batches = 0
@@ -168,7 +168,7 @@ class Coalescer:
         if queue is None:
             queue = self._queues[group] = _Queue()
         queue.waiting.append(waiter)
-        if not queue.scheduled and queue.in_flight < self.in_flight:
+        if not queue.scheduled and queue.in_flight < self.max_in_flight:
             self._schedule(group, queue)
 
     def _schedule(self, group: Group, queue: _Queue) -> None:
@@ -179,7 +179,7 @@ class Coalescer:
     def _send(self, group: Group, queue: _Queue) -> None:
         """Send the next batch: the requests waiting now (nothing that arrives after)."""
         queue.scheduled = False
-        if not queue.waiting or queue.in_flight >= self.in_flight:
+        if not queue.waiting or queue.in_flight >= self.max_in_flight:
             return   # an answer sends what waits
         n = min(len(queue.waiting), queue.limit)
         if n == len(queue.waiting):
@@ -205,7 +205,7 @@ class Coalescer:
             queue.limit = max(1, n // 2)
             queue.waiting[:0] = batch
             self._send(group, queue)
-            if queue.waiting and not queue.scheduled and queue.in_flight < self.in_flight:
+            if queue.waiting and not queue.scheduled and queue.in_flight < self.max_in_flight:
                 self._schedule(group, queue)
             return
         values: list[bytes] | None = None

@@ -218,7 +218,7 @@ async def test_a_batch_serves_only_requests_that_arrived_before_it_was_sent(owne
 
 @with_owner
 async def test_one_in_flight_sends_the_next_batch_once_the_last_is_answered(owner, client):
-    client = Client(Coalescer(client.coalescer.forwarder, in_flight=1), owner.advertise)
+    client = Client(Coalescer(client.coalescer.forwarder, max_in_flight=1), owner.advertise)
     a = client.submit()
     await owner.wait_batches(1)              # A's batch is in flight, held
     b, c = client.submit(), client.submit()  # they wait
