@@ -166,11 +166,14 @@ def _identity(port: int, process: int) -> Any:
 def run_worker(
     config: Any, options: ServerOptions, sock: socket.socket, *, process: int = 0,
     run_dir: str | None = None, on_ready: Callable[[IdService], None] | None = None,
-    member_sock: socket.socket | None = None,
+    member_sock: socket.socket | None = None, parent: int | None = None,
 ) -> int:
     """Build and start the kit, serve on ``sock`` until SIGTERM/SIGINT, then clean up.
     ``member_sock``: this process's private listener (a cluster node on several
-    processes: the port its member advertises, where forwarded requests arrive)."""
+    processes: the port its member advertises, where forwarded requests arrive).
+    ``parent``: the supervisor's pid; once it is gone (killed with SIGKILL, say) this
+    process stops as on SIGTERM rather than serve on, unsupervised and unstoppable by the
+    service manager that stops the supervisor."""
     from flakekit.embed import build_kit, get_host
     from flakekit_server.http import HttpProtocol, ServerState, sweeper
 
@@ -230,11 +233,15 @@ def run_worker(
             for s in ([sock] if member_sock is None else [sock, member_sock])]
         sweep = loop.create_task(sweeper(state))
         publisher = loop.create_task(_publish(service))
+        orphaned = None if parent is None else loop.create_task(
+            _watch_parent(parent, stop, process))
         if on_ready is not None:
             on_ready(service)
         loop.run_until_complete(_until_stopped(stop, requested))
         # graceful: no longer ready, stop accepting, close connections, then release
         service.stopping = True
+        if orphaned is not None:
+            orphaned.cancel()
         if publisher:
             publisher.cancel()
             try:
@@ -279,6 +286,19 @@ async def _until_stopped(stop: asyncio.Event, requested: list[int]) -> None:
     if requested:
         stop.set()
     await stop.wait()
+
+
+#: how often a supervised process checks that its supervisor is still there (seconds)
+PARENT_CHECK_S = 0.5
+
+
+async def _watch_parent(parent: int, stop: asyncio.Event, process: int) -> None:
+    """Stop (gracefully: leases released) once the supervisor ``parent`` is gone: a
+    process whose parent died is re-parented, so ``os.getppid()`` changes."""
+    while os.getppid() == parent:
+        await asyncio.sleep(PARENT_CHECK_S)
+    log.warning("process %d: the supervisor (pid %d) is gone; stopping", process, parent)
+    stop.set()
 
 
 async def _publish(service: IdService, interval: float = 1.0) -> None:
@@ -360,6 +380,7 @@ class Supervisor:
         r, w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child
             os.close(r)
@@ -386,7 +407,7 @@ class Supervisor:
 
                 status = run_worker(self.config, options, sock, process=index,
                                     run_dir=self.run_dir, on_ready=ready,
-                                    member_sock=member_sock)
+                                    member_sock=member_sock, parent=parent)
             except BaseException as exc:  # report to the parent, then exit
                 from flakekit.embed import USAGE_ERRORS
 

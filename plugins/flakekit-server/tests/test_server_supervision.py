@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 from server_testing import CHROMIUM, Server, chromium, ok, ok_json, run_cli
 
@@ -89,3 +90,46 @@ def test_failing_worker_turns_ready_503_and_shows_in_metrics(tmp_path):
             assert "process 1 is not running" in dom
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_workers_stop_and_release_when_the_supervisor_is_killed(tmp_path):
+    """SIGKILL to the supervisor (an OOM kill, a `kill -9` by hand): its processes stop as on
+    SIGTERM (runner._watch_parent) and give their worker ids back, instead of serving on
+    unsupervised and out of the service manager's reach."""
+    import sqlite3
+
+    config = tmp_path / "flakekit.toml"
+    config.write_text(CONFIG.format(db=tmp_path / "ids.db"))
+    assert run_cli("db", "init", "--config", str(config)).returncode == 0
+    server = Server(config, "--workers", "2", tmp=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            status, data = server.json("/api/v1/status")
+            pids = [p["pid"] for p in data["processes"]]
+            if status == 200 and len(pids) == 2 and data["ready"]:
+                break
+            assert time.monotonic() < deadline, data
+            time.sleep(0.2)
+        assert int(ok(server, "/api/snowflake/get/orders")) > 0
+        server.proc.kill()
+        server.proc.wait(10)
+        for pid in pids:
+            deadline = time.monotonic() + 20
+            while _alive(pid):
+                assert time.monotonic() < deadline, f"process {pid} outlived its supervisor"
+                time.sleep(0.1)
+        with sqlite3.connect(tmp_path / "ids.db") as conn:
+            held = conn.execute("SELECT machine_id, holder FROM system_nodes").fetchall()
+        assert len(held) == 2 and all(holder is None for _, holder in held), held
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (a reaped orphan's zombie is gone soon after)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
