@@ -149,6 +149,13 @@ def wrk(url: str, *, threads: int, connections: int, duration: float, script: Pa
             "max_ms": top / 1e3}
 
 
+def best_of(repeats: int, run) -> dict:
+    """The run with the most requests per second of ``repeats``: a neighbour on a shared
+    machine only ever takes throughput away. (The paced run is one run: its tail is what
+    it is.)"""
+    return max((run() for _ in range(max(1, repeats))), key=lambda r: r["rps"])
+
+
 def bench(stack: str, args, config: Path, script: Path, log) -> dict:
     port = args.port
     proc = start(stack, config, port, args.workers, log)
@@ -156,8 +163,9 @@ def bench(stack: str, args, config: Path, script: Path, log) -> dict:
     try:
         wrk(base + "/api/snowflake/get/orders", threads=1, connections=16, duration=2,
             script=script)  # warm-up
-        full = wrk(base + "/api/snowflake/get/orders", threads=args.threads,
-                   connections=args.connections, duration=args.duration, script=script)
+        full = best_of(args.repeats, lambda: wrk(
+            base + "/api/snowflake/get/orders", threads=args.threads,
+            connections=args.connections, duration=args.duration, script=script))
         delay = 2
         conns = math.ceil(args.rate * (delay + 0.3) / 1000)
         for _ in range(2):  # calibrate the connection count to reach the rate
@@ -168,8 +176,9 @@ def bench(stack: str, args, config: Path, script: Path, log) -> dict:
             conns = min(math.ceil(conns * args.rate * 1.03 / trial["rps"]), 4 * conns)
         paced = wrk(base + "/api/snowflake/get/orders", threads=args.threads, connections=conns,
                     duration=args.duration, script=script, delay_ms=delay)
-        batch = wrk(base + f"/api/v1/next/batches?count={args.batch}", threads=args.threads,
-                    connections=args.batch_connections, duration=args.duration, script=script)
+        batch = best_of(args.repeats, lambda: wrk(
+            base + f"/api/v1/next/batches?count={args.batch}", threads=args.threads,
+            connections=args.batch_connections, duration=args.duration, script=script))
         batch["ids_per_s"] = batch["rps"] * args.batch
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -306,7 +315,9 @@ def server_table(results: list[dict], args, load_before: str) -> str:
     cap = args.workers * args.batch_workers * 4_096_000
     lines = [
         f"flakekit-server benchmark: {args.workers} server processes, {cores} cores, "
-        f"wrk -t{args.threads}, {args.duration:g} s per run, loopback; load average "
+        f"wrk -t{args.threads}, {args.duration:g} s per run"
+        + (f" (full speed and batches: best of {args.repeats})" if args.repeats > 1 else "")
+        + ", loopback; load average "
         f"{load_before} before, {load_average()} after; batch generator cap "
         f"{cap / 1e6:.1f}M IDs/s ({args.batch_workers} worker ids per process)",
         f"{'stack':<10} {'single req/s':>13} {'p99.9 ms':>9} | paced {args.rate} req/s: "
@@ -332,6 +343,7 @@ def server_table(results: list[dict], args, load_before: str) -> str:
 def server_json(results: list[dict], args, load_before: str) -> dict:
     """``--json``: the stacks' numbers, the settings and the text table under "table"."""
     return {"stacks": results, "workers": args.workers, "duration": args.duration,
+            "repeats": args.repeats,
             "rate": args.rate, "batch": args.batch, "batch_workers": args.batch_workers,
             "connections": args.connections, "load_before": load_before,
             "table": server_table(results, args, load_before)}
@@ -341,6 +353,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2, help="server processes (default 2)")
     parser.add_argument("--duration", type=float, default=10, help="seconds per wrk run")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="full-speed and batch runs per stack, the best kept (the paced "
+                             "run is one run)")
     parser.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections, full speed")
     parser.add_argument("--batch-connections", type=int, default=8)

@@ -52,7 +52,7 @@ PLAN: dict[str, dict[str, Any]] = {
     "bench_ids": {"args": (["--repeats", "5", "--seconds", "0.6"], ["--quick"]),
                   "timeout": (300, 120)},
     "bench_startup": {"args": ([], ["--quick"]), "timeout": (600, 300)},
-    "bench_server": {"args": (["--duration", "5"], ["--duration", "2"]),
+    "bench_server": {"args": (["--duration", "5", "--repeats", "3"], ["--duration", "2"]),
                      "timeout": (300, 180)},
     "bench_server_mixed": {"script": "bench_server", "args": (["--mixed", "--duration", "5"],
                                                               ["--mixed", "--duration", "2"]),
