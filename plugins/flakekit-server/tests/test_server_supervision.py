@@ -38,20 +38,34 @@ def _metric(text: str, name: str, labels: str = "") -> float:
     return float(match.group(1))
 
 
-def test_failing_worker_turns_ready_503_and_shows_in_metrics(tmp_path):
+def _two_processes(tmp_path) -> Server:
+    """`serve --workers 2` on the two-worker-id layout (SQLite), once both processes have
+    published their first snapshot and the server is ready."""
     config = tmp_path / "flakekit.toml"
     config.write_text(CONFIG.format(db=tmp_path / "ids.db"))
     assert run_cli("db", "init", "--config", str(config)).returncode == 0
     server = Server(config, "--workers", "2", tmp=tmp_path)
+    deadline = time.monotonic() + 30
+    while True:
+        status, data = server.json("/api/v1/status")
+        if status == 200 and len(data["processes"]) == 2 and data["ready"]:
+            return server
+        if time.monotonic() > deadline:
+            server.stop(signal.SIGKILL)
+            raise AssertionError(data)
+        time.sleep(0.2)
+
+
+def _pids(server: Server) -> dict[int, int]:
+    """process index -> pid"""
+    return {p["process"]: p["pid"] for p in ok_json(server, "/api/v1/status")["processes"]}
+
+
+def test_failing_worker_turns_ready_503_and_shows_in_metrics(tmp_path):
+    server = _two_processes(tmp_path)
     try:
-        deadline = time.monotonic() + 30
-        while True:  # both processes have published their first snapshot
-            status, data = server.json("/api/v1/status")
-            pids = {p["process"]: p["pid"] for p in data["processes"]}
-            if status == 200 and len(pids) == 2 and data["ready"]:
-                break
-            assert time.monotonic() < deadline, data
-            time.sleep(0.2)
+        pids = _pids(server)
+        data = ok_json(server, "/api/v1/status")
         assert data["supervision"]["expected"] == 2 and data["supervision"]["running"] == 2
         assert _metric(ok(server, "/metrics").decode(), "flakekit_server_processes_running") == 2
 
@@ -98,19 +112,9 @@ def test_workers_stop_and_release_when_the_supervisor_is_killed(tmp_path):
     unsupervised and out of the service manager's reach."""
     import sqlite3
 
-    config = tmp_path / "flakekit.toml"
-    config.write_text(CONFIG.format(db=tmp_path / "ids.db"))
-    assert run_cli("db", "init", "--config", str(config)).returncode == 0
-    server = Server(config, "--workers", "2", tmp=tmp_path)
+    server = _two_processes(tmp_path)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            status, data = server.json("/api/v1/status")
-            pids = [p["pid"] for p in data["processes"]]
-            if status == 200 and len(pids) == 2 and data["ready"]:
-                break
-            assert time.monotonic() < deadline, data
-            time.sleep(0.2)
+        pids = list(_pids(server).values())
         assert int(ok(server, "/api/snowflake/get/orders")) > 0
         server.proc.kill()
         server.proc.wait(10)
