@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from flakekit.plugin import NotOwnerError
+from flakekit.plugin import NonBlockingKeys, NotOwnerError
 from flakekit_server.answers import JSON, TEXT, Pending, Response, error_body
 from flakekit_server.cluster import ClusterHttp, epoch_header
 from flakekit_server.service_base import ServiceBase
@@ -127,11 +127,24 @@ class StrictRoutes(ServiceBase):
                 self._batch_urls.clear()
             self._batch_urls[url] = known
         name, key, count = known
-        got = memory.try_next_ids(key, count)
+        return self._in_memory(memory, name, key, count, "numbers")
+
+    def _in_memory(self, memory: NonBlockingKeys, name: str, key: str, count: int,
+                   fmt: str) -> Response | None:
+        """``count`` IDs of the strict ``key`` (generator ``name``) in format ``fmt``,
+        drawn on the loop when its buffers on this owner hold them; None (nothing taken)
+        otherwise."""
+        got: Any
+        if count == 1 and fmt != "ranges":
+            single = memory.try_next_id(key)
+            got = None if single is None else ((single[0],), None, single[1])
+        else:
+            many = memory.try_next_ids(key, count)
+            got = None if many is None else (many[0], many[0].ranges, many[1])
         if got is None:
             return None
         self.issued[name] += count
-        return self.bodies.format(name, count, "numbers", got[0], None, epoch_header(got[1]))
+        return self.bodies.format(name, count, fmt, got[0], got[1], epoch_header(got[2]))
 
     def _batch_url(self, url: bytes) -> tuple[str, str, int] | None:
         path, _, query = url.partition(b"?")
@@ -155,17 +168,9 @@ class StrictRoutes(ServiceBase):
         memory = self.cluster_memory
         if count < self.options.offload_count and memory is not None:
             # on the loop, as _strict_leaf (a large batch is drawn and encoded in a thread)
-            got: Any
-            if one:
-                single = memory.try_next_id(key)
-                got = None if single is None else ((single[0],), None, single[1])
-            else:
-                many = memory.try_next_ids(key, count)
-                got = None if many is None else (many[0], many[0].ranges, many[1])
-            if got is not None:
-                self.issued[name] += count
-                return self.bodies.format(name, count, fmt, got[0], got[1],
-                                          epoch_header(got[2]))
+            answer = self._in_memory(memory, name, key, count, fmt)
+            if answer is not None:
+                return answer
             elsewhere = cluster.owned_elsewhere(key)
             if elsewhere is not None:
                 return self._refusal(elsewhere, ctx, auth, "next")
